@@ -1,0 +1,1 @@
+"""Backends: executors and code generators for irc graphs (installed as ``irc.backends``)."""

@@ -1,0 +1,1 @@
+"""Frontends: languages that build an irc graph (installed as ``irc.frontends``)."""

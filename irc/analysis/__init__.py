@@ -1,0 +1,1 @@
+"""Analysis passes: parameters, FLOPs, memory, KV cache, receptive field."""

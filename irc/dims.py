@@ -1,0 +1,208 @@
+"""Symbolic tensor dimensions.
+
+A dimension is a plain ``int`` or a :class:`Sym`: an integer polynomial over named
+symbols (``B``, ``T``, ``2*T + 1``, ``B*T``).  Operations that leave the polynomial
+ring (floor division that does not divide evenly, ``max`` of two symbols) produce an
+*opaque atom*: a symbol whose name is the printed expression, so that printing and
+parsing it again yields the same atom.  This is all shape inference needs, and it is
+orders of magnitude faster to import and evaluate than a general CAS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Union
+
+Monomial = tuple[str, ...]  # sorted symbol names, repeated for powers; () is the constant
+
+
+class Sym:
+    """An integer polynomial in named symbols; immutable and hashable."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: Mapping[Monomial, int]):
+        self.terms: tuple[tuple[Monomial, int], ...] = tuple(
+            sorted(((m, c) for m, c in terms.items() if c != 0), key=_term_key)
+        )
+
+    @staticmethod
+    def var(name: str) -> Sym:
+        return Sym({(name,): 1})
+
+    # -- algebra -------------------------------------------------------------
+    def _dict(self) -> dict[Monomial, int]:
+        return dict(self.terms)
+
+    def __add__(self, other: Dim) -> Dim:
+        out = self._dict()
+        for m, c in _as_terms(other):
+            out[m] = out.get(m, 0) + c
+        return _norm(out)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Dim:
+        return _norm({m: -c for m, c in self.terms})
+
+    def __sub__(self, other: Dim) -> Dim:
+        return self + (-other)
+
+    def __rsub__(self, other: Dim) -> Dim:
+        return (-self) + other
+
+    def __mul__(self, other: Dim) -> Dim:
+        out: dict[Monomial, int] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in _as_terms(other):
+                m = tuple(sorted(m1 + m2))
+                out[m] = out.get(m, 0) + c1 * c2
+        return _norm(out)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: Dim) -> Dim:
+        if isinstance(other, int):
+            if other == 1:
+                return self
+            if other != 0 and all(c % other == 0 for _, c in self.terms):
+                return _norm({m: c // other for m, c in self.terms})
+        return opaque(f"({self})//({other})" if not isinstance(other, int) else f"({self})//{other}")
+
+    def __rfloordiv__(self, other: Dim) -> Dim:
+        return opaque(f"{other}//({self})")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sym):
+            return self.terms == other.terms
+        return False
+
+    def __hash__(self) -> int:
+        return hash(self.terms)
+
+    def __repr__(self) -> str:
+        return f"Sym({self})"
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        for m, c in self.terms:
+            body = "*".join(_atom_text(s) for s in m)
+            if not m:
+                text = str(abs(c))
+            elif abs(c) == 1:
+                text = body
+            else:
+                text = f"{abs(c)}*{body}"
+            if not parts:
+                parts.append(text if c > 0 else f"-{text}")
+            else:
+                parts.append(("+ " if c > 0 else "- ") + text)
+        return " ".join(parts) if parts else "0"
+
+    def symbols(self) -> set[str]:
+        return {s for m, _ in self.terms for s in m}
+
+    def subs(self, env: Mapping[str, Dim]) -> Dim:
+        """Substitute symbols by dims; opaque atoms are re-evaluated from their text."""
+        total: Dim = 0
+        for m, c in self.terms:
+            term: Dim = c
+            for s in m:
+                term = term * _subs_symbol(s, env)
+            total = total + term
+        return total
+
+
+Dim = Union[int, Sym]
+
+
+def _term_key(t: tuple[Monomial, int]) -> tuple[int, Monomial]:
+    # highest degree first, then by name, constant last
+    m = t[0]
+    return (-len(m), m) if m else (1, ())
+
+
+def _as_terms(d: Dim) -> tuple[tuple[Monomial, int], ...]:
+    if isinstance(d, Sym):
+        return d.terms
+    return (((), int(d)),)
+
+
+def _norm(terms: dict[Monomial, int]) -> Dim:
+    terms = {m: c for m, c in terms.items() if c != 0}
+    if not terms:
+        return 0
+    if set(terms) == {()}:
+        return terms[()]
+    return Sym(terms)
+
+
+def _atom_text(name: str) -> str:
+    return name
+
+
+def opaque(text: str) -> Sym:
+    """An atom standing for a non-polynomial expression, named by its text."""
+    return Sym({("(" + text + ")",): 1})
+
+
+def _subs_symbol(name: str, env: Mapping[str, Dim]) -> Dim:
+    if name in env:
+        return env[name]
+    if name.startswith("("):
+        # opaque atom: re-evaluate its text under the new bindings
+        from irc.dim_parse import parse_dim
+
+        return parse_dim(name, env)
+    return Sym.var(name)
+
+
+def is_concrete(d: Dim) -> bool:
+    return isinstance(d, int)
+
+
+def dim_floordiv(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    if isinstance(a, int):
+        return opaque(f"{a}//({b})")
+    return a // b
+
+
+def dim_ceildiv(a: Dim, b: Dim) -> Dim:
+    return -dim_floordiv(-a, b)
+
+
+def dim_max(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    if a == b:
+        return a
+    return opaque(f"max({a}, {b})")
+
+
+def dim_min(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    if a == b:
+        return a
+    return opaque(f"min({a}, {b})")
+
+
+def dim_str(d: Dim) -> str:
+    return str(d)
+
+
+def dim_symbols(d: Dim) -> set[str]:
+    return d.symbols() if isinstance(d, Sym) else set()
+
+
+def subs(d: Dim, env: Mapping[str, Dim]) -> Dim:
+    return d.subs(env) if isinstance(d, Sym) else d
+
+
+def prod(dims: tuple[Dim, ...] | list[Dim]) -> Dim:
+    out: Dim = 1
+    for d in dims:
+        out = out * d
+    return out

@@ -1,0 +1,114 @@
+"""Ops that only move data: flatten, reshape, transpose, concat, split."""
+
+from __future__ import annotations
+
+from irc.dims import Dim, Sym, dim_floordiv, prod
+from irc.ops.common import need_rank, norm_axis, same_dim
+from irc.ops.registry import Attr, OpDef, ShapeError, register
+
+
+def _flatten(a, ts):
+    (x,) = ts
+    need_rank(x, 1, "an input")
+    s = norm_axis(a["start"], x.rank)
+    e = norm_axis(a["end"], x.rank)
+    if e < s:
+        raise ShapeError(f"end axis {a['end']} comes before start axis {a['start']}")
+    return [x.with_shape(x.shape[:s] + (prod(x.shape[s:e + 1]),) + x.shape[e + 1:])]
+
+
+register(OpDef("flatten", ("x",), (Attr("start", "int", 1), Attr("end", "int", -1)), _flatten,
+               doc="merge axes start..end into one"))
+
+
+def _reshape(a, ts):
+    (x,) = ts
+    shape: list[Dim] = list(a["shape"])
+    total = prod(x.shape)
+    if shape.count(-1) > 1:
+        raise ShapeError("reshape takes at most one -1")
+    known = prod([d for d in shape if d != -1])
+    if -1 in shape:
+        rest = dim_floordiv(total, known)
+        if isinstance(rest, int) and isinstance(total, int) and rest * known != total:
+            raise ShapeError(f"cannot reshape {x} ({total} elements) into {_fmt(shape)}")
+        shape[shape.index(-1)] = rest
+    elif isinstance(total, int) and isinstance(known, int) and total != known:
+        raise ShapeError(f"cannot reshape {x} ({total} elements) into {_fmt(shape)} ({known} elements)")
+    elif isinstance(total, Sym) != isinstance(known, Sym) or (isinstance(total, Sym) and total != known):
+        raise ShapeError(f"cannot show that {x} and {_fmt(shape)} hold the same number of elements")
+    return [x.with_shape(tuple(shape))]
+
+
+def _fmt(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+register(OpDef("reshape", ("x",), (Attr("shape", "dims"),), _reshape, doc="same elements, new shape (one -1 allowed)"))
+
+
+def _transpose(a, ts):
+    (x,) = ts
+    perm = a["perm"]
+    if sorted(norm_axis(p, x.rank) for p in perm) != list(range(x.rank)) or len(perm) != x.rank:
+        raise ShapeError(f"perm {perm} is not a permutation of the {x.rank} axes of {x}")
+    return [x.with_shape(tuple(x.shape[norm_axis(p, x.rank)] for p in perm))]
+
+
+register(OpDef("transpose", ("x",), (Attr("perm", "ints"),), _transpose, aliases=("permute",),
+               doc="permute axes"))
+
+
+def _concat(a, ts):
+    first = ts[0]
+    ax = norm_axis(a["axis"], first.rank)
+    total: Dim = 0
+    for t in ts:
+        if t.rank != first.rank:
+            raise ShapeError(f"operands have different ranks: {first} and {t}")
+        if t.dtype != first.dtype:
+            raise ShapeError(f"operands have different dtypes: {first} and {t}")
+        for i, (d1, d2) in enumerate(zip(first.shape, t.shape)):
+            if i != ax:
+                same_dim(d1, d2, f"operands differ off the concatenation axis: {first} and {t}")
+        total = total + t.shape[ax]
+    return [first.with_shape(first.shape[:ax] + (total,) + first.shape[ax + 1:])]
+
+
+register(OpDef("concat", ("xs*",), (Attr("axis", "int", -1),), _concat, aliases=("cat",),
+               doc="join tensors along an axis"))
+
+
+def _split_sizes(a, size: Dim) -> list[Dim]:
+    parts = a["parts"]
+    if isinstance(parts, list):
+        if isinstance(size, int) and sum(parts) != size:
+            raise ShapeError(f"split sizes {parts} add up to {sum(parts)}, not {size}")
+        return list(parts)
+    if isinstance(size, int) and size % parts:
+        raise ShapeError(f"axis of size {size} does not split into {parts} equal parts")
+    return [dim_floordiv(size, parts)] * parts
+
+
+def _split(a, ts):
+    (x,) = ts
+    ax = norm_axis(a["axis"], x.rank)
+    return [x.with_shape(x.shape[:ax] + (s,) + x.shape[ax + 1:]) for s in _split_sizes(a, x.shape[ax])]
+
+
+def _split_results(a) -> tuple[str, ...]:
+    n = len(a["parts"]) if isinstance(a["parts"], list) else a["parts"]
+    return tuple(f"part{i}" for i in range(n))
+
+
+register(OpDef("split", ("x",), (Attr("parts", "int_or_ints"), Attr("axis", "int", -1)), _split,
+               results=_split_results, doc="split into equal parts or given sizes"))
+
+
+def _input(a, ts):
+    raise AssertionError("input types are set by the frontend")
+
+
+register(OpDef("input", (), (), _input,
+               doc="a model input"))
+_ = need_rank
