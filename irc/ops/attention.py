@@ -28,7 +28,7 @@ def _infer(a, ts):
         raise ShapeError(f"heads={h} is not a multiple of kv_heads={g}")
     if a["head_dim"] is None and isinstance(d, int) and d % h:
         raise ShapeError(f"model width {d} is not divisible by heads={h}")
-    if a["rope"] and head_dim(a, d) % 2 if isinstance(d, int) else False:
+    if a["rope"] and isinstance(d, int) and head_dim(a, d) % 2:
         raise ShapeError(f"rope needs an even head dimension, got {head_dim(a, d)}")
     if x.shape[0] != kv.shape[0] and 1 not in (x.shape[0], kv.shape[0]):
         raise ShapeError(f"query batch {x.shape[0]} differs from key/value batch {kv.shape[0]}")
@@ -54,6 +54,8 @@ def _params(a, ts):
     p["wo"] = (d, q_out)
     if a["bias"]:
         p["bo"] = (d,)
+    if a["rel_buckets"] is not None:
+        p["rel_bias"] = (a["rel_buckets"], a["heads"])
     return p
 
 
@@ -67,7 +69,9 @@ register(OpDef(
         Attr("head_dim", "posint", None),
         Attr("bias", "bool", False),
         Attr("rope", "bool", False),
-        Attr("rope_theta", "float", 10000.0),
+        Attr("rope_theta", "float", None, doc="default 10000"),
+        Attr("rel_buckets", "posint", None, doc="T5 relative-position bias buckets (a [buckets, heads] table)"),
+        Attr("rel_max_distance", "posint", None, doc="default 128"),
     ),
     _infer, _params, aliases=("mha", "multihead_attention"),
     doc="softmax(Q·Kᵀ·scale [+ causal mask])·V with projections wq, wk, wv, wo",

@@ -105,6 +105,39 @@ register(OpDef("split", ("x",), (Attr("parts", "int_or_ints"), Attr("axis", "int
                results=_split_results, doc="split into equal parts or given sizes"))
 
 
+def _select(a, ts):
+    (x,) = ts
+    ax = norm_axis(a["axis"], x.rank)
+    size = x.shape[ax]
+    idx = a["index"]
+    if isinstance(size, int) and not -size <= idx < size:
+        raise ShapeError(f"index {idx} is out of range for axis {a['axis']} of size {size}")
+    return [x.with_shape(x.shape[:ax] + x.shape[ax + 1:])]
+
+
+register(OpDef("select", ("x",), (Attr("axis", "int"), Attr("index", "int")), _select,
+               doc="take one index along an axis and drop it (x[:, 0] is select(x, axis=1, index=0))"))
+
+
+def _slice(a, ts):
+    (x,) = ts
+    ax = norm_axis(a["axis"], x.rank)
+    size = x.shape[ax]
+    start, end = a["start"], a["end"]
+    if not isinstance(size, int):
+        if end is None or start < 0 or end < 0:
+            raise ShapeError(f"slicing symbolic axis {size} needs explicit non-negative start and end")
+        return [x.with_shape(x.shape[:ax] + (end - start,) + x.shape[ax + 1:])]
+    s, e, _ = slice(start, end).indices(size)
+    if e <= s:
+        raise ShapeError(f"slice [{start}:{end}] of axis {a['axis']} (size {size}) is empty")
+    return [x.with_shape(x.shape[:ax] + (e - s,) + x.shape[ax + 1:])]
+
+
+register(OpDef("slice", ("x",), (Attr("axis", "int"), Attr("start", "int", 0), Attr("end", "int", None)), _slice,
+               doc="x[start:end] along an axis (Python semantics; end defaults to the end)"))
+
+
 def _input(a, ts):
     raise AssertionError("input types are set by the frontend")
 
