@@ -1,1 +1,91 @@
-"""Backends: executors and code generators for irc graphs (installed as ``irc.backends``)."""
+"""Backends: executors and code generators for irc graphs (installed as ``irc.backends``).
+
+``get_backend(name)`` returns a :class:`Backend`; every backend compiles a typed graph into
+an object with ``.run(weights, inputs) -> {output label: array}``. ``numpy`` is the
+reference interpreter (the oracle); ``cpu`` (Numba) and ``cuda`` are imported lazily so
+that a missing compiler stack only matters to whoever asks for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from irc.diagnostics import IrcError
+from irc.graph import Graph
+
+
+class Compiled(Protocol):
+    def run(self, weights: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    compile: Callable[[Graph], Compiled]
+
+
+class _NumpyCompiled:
+    """The reference interpreter behind the same ``compile(graph).run(...)`` interface."""
+
+    def __init__(self, graph: Graph, dtype: Any = np.float32):
+        self.graph = graph
+        self.dtype = dtype
+        self.profile: dict[str, float] | None = None
+
+    def run(self, weights: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from irc.backends.numpy_ref import run_graph
+
+        return run_graph(self.graph, weights, inputs, self.dtype, self.profile)
+
+
+def _compile_numpy(graph: Graph) -> Compiled:
+    return _NumpyCompiled(graph)
+
+
+def _lazy_compile(module: str, what: str) -> Callable[[Graph], Compiled]:
+    def compile_graph(graph: Graph) -> Compiled:
+        return _import(module, what).compile_graph(graph)
+    return compile_graph
+
+
+def _import(module: str, what: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise IrcError(f"the {what} backend is not available: {e}") from None
+
+
+BACKENDS: dict[str, Backend] = {
+    "numpy": Backend("numpy", _compile_numpy),
+    "cpu": Backend("cpu", _lazy_compile("irc.backends.cpu", "cpu (Numba)")),
+    "cuda": Backend("cuda", _lazy_compile("irc.backends.cuda", "cuda")),
+}
+
+# `irc compile --emit KIND` -> (module, what it is called in errors)
+_EMITTERS: dict[str, tuple[str, str]] = {
+    "numba": ("irc.backends.cpu", "cpu (Numba)"),
+    "cuda": ("irc.backends.cuda", "cuda"),
+}
+
+
+def get_backend(name: str) -> Backend:
+    backend = BACKENDS.get(name)
+    if backend is None:
+        raise IrcError(f"unknown backend '{name}' (known: {', '.join(BACKENDS)})")
+    return backend
+
+
+def emit_source(graph: Graph, kind: str) -> str:
+    """The generated source a backend would run, for a user to read."""
+    if kind not in _EMITTERS:
+        raise IrcError(f"cannot emit '{kind}' (known: {', '.join(_EMITTERS)})")
+    module, what = _EMITTERS[kind]
+    mod = _import(module, what)
+    if not hasattr(mod, "emit_source"):
+        raise IrcError(f"the {what} backend cannot emit source yet")
+    return mod.emit_source(graph)

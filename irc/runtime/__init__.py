@@ -1,0 +1,1 @@
+"""Running graphs: weights (init, load, save) and the ``irc run`` command."""
