@@ -67,7 +67,33 @@ class Sym:
                 return self
             if other != 0 and all(c % other == 0 for _, c in self.terms):
                 return _norm({m: c // other for m, c in self.terms})
-        return opaque(f"({self})//({other})" if not isinstance(other, int) else f"({self})//{other}")
+            nested = self._nested_floordiv()
+            if nested is not None and other > 0:
+                # floor((floor(p/a) + c)/b) == floor((p + c*a)/(a*b)) for integers, a, b > 0
+                inner, a, c = nested
+                return (inner + c * a) // (a * other)
+        left = str(self) if self._is_atom() else f"({self})"
+        if not isinstance(other, int):
+            return opaque(f"{left}//({other})")
+        atom = opaque(f"{left}//{other}")
+        if other > 0:
+            _FLOORDIV_ATOMS[atom.terms[0][0][0]] = (self, other)
+        return atom
+
+    def _nested_floordiv(self) -> tuple[Dim, int, int] | None:
+        """If self is ``(p//a) + c``, return (p, a, c)."""
+        atoms = [(m, c) for m, c in self.terms if m]
+        if len(atoms) != 1 or len(atoms[0][0]) != 1 or atoms[0][1] != 1:
+            return None
+        known = _FLOORDIV_ATOMS.get(atoms[0][0][0])
+        if known is None:
+            return None
+        const = sum(c for m, c in self.terms if not m)
+        return known[0], known[1], const
+
+    def _is_atom(self) -> bool:
+        """A single symbol or an already-parenthesised opaque atom, with coefficient 1."""
+        return len(self.terms) == 1 and len(self.terms[0][0]) == 1 and self.terms[0][1] == 1
 
     def __rfloordiv__(self, other: Dim) -> Dim:
         return opaque(f"{other}//({self})")
@@ -114,6 +140,9 @@ class Sym:
 
 
 Dim = Union[int, Sym]
+
+# opaque atom name -> (numerator, positive divisor) for atoms made by floor division
+_FLOORDIV_ATOMS: dict[str, tuple[Dim, int]] = {}
 
 
 def _term_key(t: tuple[Monomial, int]) -> tuple[int, Monomial]:

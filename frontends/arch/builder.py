@@ -70,8 +70,11 @@ class Builder:
         self.units: dict[str, FileUnit] = {}
 
     # -- files and models -------------------------------------------------------
-    def load_file(self, path: Path, text: str | None = None, use_loc: Loc | None = None) -> FileUnit:
-        key = str(path)
+    def load_file(self, path: Path, text: str | None = None, use_loc: Loc | None = None,
+                  display: str | None = None) -> FileUnit:
+        # files from the standard library are named <lib>/NAME so IR dumps do not depend
+        # on where irc is installed
+        key = display or str(path)
         if key in self.loading:
             chain = " → ".join(Path(p).name for p in [*self.loading, key])
             raise IrcError(f"'use' cycle: {chain}", use_loc)
@@ -94,7 +97,8 @@ class Builder:
             if item.data == "use_stmt":
                 target = item.children[0]
                 rel = str(target)[1:-1]
-                other = self.load_file(self._resolve_use(path, rel), use_loc=_loc(key, target))
+                use_path, use_display = self._resolve_use(path, rel)
+                other = self.load_file(use_path, use_loc=_loc(key, target), display=use_display)
                 for name, value in other.env.names.items():
                     env.names.setdefault(name, value)
             elif item.data == "model_def":
@@ -113,12 +117,15 @@ class Builder:
         return unit
 
     @staticmethod
-    def _resolve_use(path: Path, rel: str) -> Path:
+    def _resolve_use(path: Path, rel: str) -> tuple[Path, str | None]:
+        """A path next to the using file wins; otherwise the standard library."""
         candidate = path.parent / rel
         if candidate.exists():
-            return candidate
+            return candidate, None
         stdlib = Path(__file__).parent / "lib" / rel
-        return stdlib if stdlib.exists() else candidate
+        if stdlib.exists() and stdlib.resolve().is_relative_to((Path(__file__).parent / "lib").resolve()):
+            return stdlib, f"<lib>/{rel}"
+        return candidate, None
 
     def build_model(self, unit: FileUnit, model: str | None) -> Graph:
         if not unit.models:

@@ -60,7 +60,9 @@ def conv_out(size: Dim, kernel: int, stride: int, pad_total: int, dilation: int)
         raise ShapeError(
             f"input size {size} (padded {size + pad_total}) is smaller than the kernel's span {span}"
         )
-    return dim_floordiv(inner, stride) + 1
+    # floor(inner/stride) + 1 == floor((inner + stride)/stride): the second form keeps
+    # symbolic sizes simple (a 2x2 pool of H is H//2, not ((H - 2)//2) + 1)
+    return dim_floordiv(inner + stride, stride)
 
 
 def pair(v: int | list[int]) -> tuple[int, int]:
