@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def raise_site(depth: int = 2) -> str:
+    """``path:line`` of the code that raised, so tests can check every error path is covered."""
+    frame = sys._getframe(depth)
+    try:
+        path = Path(frame.f_code.co_filename).resolve().relative_to(_ROOT)
+    except ValueError:
+        path = Path(frame.f_code.co_filename)
+    return f"{path.as_posix()}:{frame.f_lineno}"
 
 
 @dataclass(frozen=True)
@@ -18,15 +32,21 @@ class Loc:
 class IrcError(Exception):
     """An error in the user's input: reported as ``file:line:col: error: message``."""
 
-    def __init__(self, message: str, loc: Loc | None = None, notes: list[str] | None = None):
+    def __init__(self, message: str, loc: Loc | None = None, notes: list[str] | None = None,
+                 origin: str | None = None):
         super().__init__(message)
         self.message = message
         self.loc = loc
         self.notes = notes or []
+        self.origin = origin or raise_site()
 
 
 class UsageError(Exception):
     """Bad command-line usage (exit code 2)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.origin = raise_site()
 
 
 # file name -> source text, so diagnostics can quote the offending line

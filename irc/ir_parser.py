@@ -159,7 +159,7 @@ def _parse_node(line: _Line) -> Node:
     try:
         attrs = normalize_attrs(opdef, attrs) if op != "input" else {}
     except AttrError as e:
-        raise IrcError(str(e), line.loc()) from None
+        raise IrcError(str(e), line.loc(), origin=e.origin) from None
     types: list[TensorType] = []
     if line.accept(":"):
         if line.accept("("):

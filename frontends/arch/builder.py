@@ -531,7 +531,7 @@ class Builder:
             return normalize_attrs(opdef, out)
         except AttrError as e:
             bad = next((k for k in out if f"'{k}'" in str(e)), None)
-            raise IrcError(str(e), locs.get(bad, loc) if bad else loc) from None
+            raise IrcError(str(e), locs.get(bad, loc) if bad else loc, origin=e.origin) from None
 
     @staticmethod
     def _list_item(v: Any, loc: Loc) -> Any:
@@ -630,7 +630,7 @@ class Builder:
             try:
                 attrs = normalize_attrs(opdef, attrs)
             except AttrError as e:
-                raise IrcError(str(e), loc) from None
+                raise IrcError(str(e), loc, origin=e.origin) from None
         assert self.graph is not None
         if len(self.graph.nodes) >= MAX_NODES:
             raise IrcError(f"the model expands to more than {MAX_NODES:,} nodes", loc)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from irc.diagnostics import raise_site
 from irc.dims import Dim, Sym
 from irc.types import TensorType
 
@@ -19,9 +20,17 @@ from irc.types import TensorType
 class ShapeError(Exception):
     """Raised by an op's ``infer``; the shape pass adds the op and source location."""
 
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.origin = raise_site()
+
 
 class AttrError(Exception):
     """An attribute value of the wrong kind; the caller adds the location."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.origin = raise_site()
 
 
 _REQUIRED = object()

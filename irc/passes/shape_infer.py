@@ -28,8 +28,8 @@ def shape_infer(graph: Graph) -> Graph:
             opdef.param_shapes(node.attrs, operand_types)  # checks divisibility of parameter shapes too
         except ShapeError as e:
             operands = ", ".join(str(t) for t in operand_types)
-            raise IrcError(f"'{node.op}': {e}", node.loc, notes=[f"operand types: {operands}"] if operands else []
-                           ) from None
+            notes = [f"operand types: {operands}"] if operands else []
+            raise IrcError(f"'{node.op}': {e}", node.loc, notes=notes, origin=e.origin) from None
         if len(result) != len(node.outputs):
             raise IrcError(f"'{node.op}' yields {len(result)} results but {len(node.outputs)} are named", node.loc)
         node.types = list(result)
