@@ -40,3 +40,30 @@ def count_params(graph: Graph) -> tuple[Dim, Dim]:
     for s in buffers.values():
         total_b = total_b + prod(s)
     return total_p, total_b
+
+
+def owned_params(graph: Graph) -> list[tuple[int | Dim, int | Dim, bool]]:
+    """Per node, in order: (parameters it owns, buffer elements it owns, whether it reuses
+    weights an earlier node owns). A weight belongs to the first node that uses it, so a
+    shared instance or a tied head counts zero and the per-node sum is the model total."""
+    types = graph.value_types()
+    seen: set[str] = set()
+    out: list[tuple[int | Dim, int | Dim, bool]] = []
+    for node in graph.nodes:
+        p, b = node_params(node, types)
+        own_p: Dim = 0
+        own_b: Dim = 0
+        reused = node.attrs.get("tied") is not None
+        for table, is_param in ((p, True), (b, False)):
+            for name, shape in table.items():
+                key = f"{node.weights}.{name}"
+                if key in seen:
+                    reused = True
+                    continue
+                seen.add(key)
+                if is_param:
+                    own_p = own_p + prod(shape)
+                else:
+                    own_b = own_b + prod(shape)
+        out.append((own_p, own_b, reused))
+    return out

@@ -1,0 +1,46 @@
+"""KV cache and recurrent state: what a model keeps per sequence while it decodes.
+
+Every causal self-attention layer caches one key and one value per token:
+    bytes per token = Σ over layers of 2 · kv_heads · d_head · bytes per number
+(2·L·d_kv·bytes for a uniform stack: MHA d_kv = d, GQA shares KV heads, MQA keeps one).
+Cross-attention caches its encoder keys and values once per sequence; non-causal
+self-attention (an encoder) does not decode and caches nothing. A recurrent layer keeps
+a fixed-size state instead, however long the sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from irc.graph import Graph
+from irc.ops.attention import head_dim, kv_heads
+from irc.types import DTYPE_BYTES
+
+
+@dataclass
+class KVCache:
+    per_token_bytes: int  # summed over causal self-attention layers, one sequence
+    cross_bytes: int  # encoder keys and values held by cross-attention, per batch
+    cached_layers: int
+    recurrent_state_bytes: int  # h (and c) of every recurrent layer, per batch
+
+
+def analyse_kv(graph: Graph, kv_dtype: str, act_dtype: str) -> KVCache:
+    types = graph.value_types()
+    per_number = DTYPE_BYTES[kv_dtype]
+    per_token = cross = layers = state = 0
+    for node in graph.nodes:
+        if node.op in ("rnn", "lstm", "gru"):
+            state += sum(int(t.numel()) for t in node.types[1:]) * int(DTYPE_BYTES[act_dtype])
+            continue
+        if node.op != "attention":
+            continue
+        x = types[node.inputs[0]]
+        width = kv_heads(node.attrs) * head_dim(node.attrs, x.shape[-1])
+        if len(node.inputs) > 1:
+            kv = types[node.inputs[1]]
+            cross += int(2 * kv.shape[0] * kv.shape[1] * width * per_number)
+        elif node.attrs["causal"]:
+            per_token += int(2 * width * per_number)
+            layers += 1
+    return KVCache(per_token, cross, layers, state)
