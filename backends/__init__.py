@@ -9,6 +9,7 @@ that a missing compiler stack only matters to whoever asks for it.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,10 +24,17 @@ class Compiled(Protocol):
     def run(self, weights: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
+# progress(done, total, what): called by a backend while it compiles (kernel by kernel)
+Progress = Callable[[int, int, str], None]
+
+
 @dataclass(frozen=True)
 class Backend:
+    """``compile(graph, progress=None)``. A compiled object may have a ``profile`` attribute:
+    set it to a dict and ``run`` adds seconds per op name to it."""
+
     name: str
-    compile: Callable[[Graph], Compiled]
+    compile: Callable[..., Compiled]
 
 
 class _NumpyCompiled:
@@ -43,13 +51,16 @@ class _NumpyCompiled:
         return run_graph(self.graph, weights, inputs, self.dtype, self.profile)
 
 
-def _compile_numpy(graph: Graph) -> Compiled:
+def _compile_numpy(graph: Graph, progress: Progress | None = None) -> Compiled:
     return _NumpyCompiled(graph)
 
 
-def _lazy_compile(module: str, what: str) -> Callable[[Graph], Compiled]:
-    def compile_graph(graph: Graph) -> Compiled:
-        return _import(module, what).compile_graph(graph)
+def _lazy_compile(module: str, what: str) -> Callable[..., Compiled]:
+    def compile_graph(graph: Graph, progress: Progress | None = None) -> Compiled:
+        fn = _import(module, what).compile_graph
+        if progress is not None and "progress" in inspect.signature(fn).parameters:
+            return fn(graph, progress=progress)
+        return fn(graph)
     return compile_graph
 
 

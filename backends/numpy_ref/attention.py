@@ -1,0 +1,94 @@
+"""Multi-head attention: projections, GQA/MQA, RoPE, T5 relative bias, causal mask."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from irc.backends.numpy_ref.dense import affine
+from irc.backends.numpy_ref.elementwise import softmax
+from irc.graph import Node
+
+
+def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, scale: float | None = None,
+         bias: np.ndarray | None = None) -> np.ndarray:
+    """softmax(q·kᵀ·scale + bias [+ mask])·v on [B, H, T, hd] / [B, G, S, hd] with G dividing H.
+
+    Query head h reads kv head h // (H/G) (PyTorch's ``enable_gqa``). The causal mask hides
+    key j > i (top-left aligned); a row with every key hidden outputs zeros.
+    """
+    heads, groups = q.shape[1], k.shape[1]
+    if groups != heads:
+        k = np.repeat(k, heads // groups, axis=1)
+        v = np.repeat(v, heads // groups, axis=1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+    if bias is not None:
+        scores = scores + bias
+    if causal:
+        t, s = scores.shape[-2:]
+        future = np.arange(s)[None, :] > np.arange(t)[:, None]
+        scores = np.where(future, -np.inf, scores)
+    return softmax(scores, axis=-1) @ v
+
+
+def rope(x: np.ndarray, theta: float) -> np.ndarray:
+    """Rotate [B, H, T, hd] by position: pairs (x[..., i], x[..., i + hd/2]) at angle p·theta^(−2i/hd)."""
+    t, hd = x.shape[-2:]
+    freq = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    angle = np.arange(t, dtype=np.float64)[:, None] * freq[None, :]  # [T, hd/2]
+    cos = np.concatenate([np.cos(angle)] * 2, axis=-1).astype(x.dtype)
+    sin = np.concatenate([np.sin(angle)] * 2, axis=-1).astype(x.dtype)
+    half = hd // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def t5_buckets(t: int, s: int, buckets: int, max_distance: int, bidirectional: bool) -> np.ndarray:
+    """T5's bucket of the relative position j − i for every (query i, key j): [T, S] ints."""
+    rel = np.arange(s)[None, :] - np.arange(t)[:, None]
+    out = np.zeros_like(rel)
+    if bidirectional:
+        buckets //= 2
+        out += (rel > 0) * buckets
+        n = np.abs(rel)
+    else:
+        n = -np.minimum(rel, 0)
+    exact = buckets // 2
+    safe = np.maximum(n, 1).astype(np.float64)  # log is only read where n >= exact
+    large = exact + (np.log(safe / exact) / math.log(max_distance / exact) * (buckets - exact)).astype(np.int64)
+    large = np.minimum(large, buckets - 1)
+    return out + np.where(n < exact, n, large)
+
+
+def _heads(x: np.ndarray, n: int) -> np.ndarray:
+    b, t, _ = x.shape
+    return x.reshape(b, t, n, -1).transpose(0, 2, 1, 3)  # [B, n, T, hd]
+
+
+def attention(node: Node, args, w):
+    a = node.attrs
+    x = args[0]
+    kv = args[1] if len(args) > 1 else x
+    heads = a["heads"]
+    groups = a.get("kv_heads") or heads
+    q = _heads(affine(x, w["wq"], w.get("bq")), heads)
+    k = _heads(affine(kv, w["wk"], w.get("bk")), groups)
+    v = _heads(affine(kv, w["wv"], w.get("bv")), groups)
+    if a.get("rope"):
+        theta = a.get("rope_theta") or 10000.0
+        q, k = rope(q, theta), rope(k, theta)
+    bias = None
+    if a.get("rel_buckets") is not None:
+        buckets = t5_buckets(q.shape[2], k.shape[2], a["rel_buckets"], a.get("rel_max_distance") or 128,
+                             bidirectional=not a.get("causal"))
+        bias = np.moveaxis(w["rel_bias"][buckets], -1, 0)[None]  # [1, H, T, S]
+    out = sdpa(q, k, v, bool(a.get("causal")), a.get("scale"), bias)
+    b, _, t, _ = out.shape
+    out = out.transpose(0, 2, 1, 3).reshape(b, t, -1)
+    return affine(out, w["wo"], w.get("bo"))
+
+
+OPS = {"attention": attention}

@@ -1,0 +1,47 @@
+"""How two runs of one model are compared: a normwise relative error, and non-finite values.
+
+``rel_error(a, ref) = max|a − ref| / max|ref|`` — the largest deviation measured against the
+output's own scale (the ∞-norm), so values near zero do not inflate it the way an
+elementwise relative error would. This is the definition ``--check`` and the oracle tests use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rel_error(a: np.ndarray, ref: np.ndarray) -> float:
+    a64, r64 = np.asarray(a, np.float64), np.asarray(ref, np.float64)
+    if a64.shape != r64.shape:
+        raise ValueError(f"shapes differ: {a64.shape} and {r64.shape}")
+    if a64.size == 0:
+        return 0.0
+    scale = float(np.max(np.abs(r64)))
+    diff = float(np.max(np.abs(a64 - r64)))
+    return diff / scale if scale > 0 else diff
+
+
+def nonfinite(a: np.ndarray) -> str | None:
+    """'3 NaN, 1 Inf' when ``a`` holds any, else None."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "fc":
+        return None
+    nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+    if not nan and not inf:
+        return None
+    return ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)
+
+
+def reference_errors(graph, weights: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
+                     expected: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """Run the numpy reference in float32 and float64; each output's rel_error against ``expected``.
+
+    ``expected`` comes from an independent implementation computed in float64 (PyTorch, or
+    NumPy written from the chapter's equations): the float32 error measures the reference
+    as users run it, the float64 one its semantics with rounding taken out.
+    """
+    from irc.backends.numpy_ref import run_graph
+
+    f32 = run_graph(graph, weights, inputs, np.float32)
+    f64 = run_graph(graph, weights, inputs, np.float64)
+    return {label: (rel_error(f32[label], want), rel_error(f64[label], want)) for label, want in expected.items()}
