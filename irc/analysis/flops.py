@@ -253,7 +253,54 @@ def _recurrent(op: str) -> CostFn:
     return cost
 
 
+# -- primitives of the decompose pass and the fused ops of the fusion passes ---------------
+# Each counts what its composite counted for the same work, so FLOPs agree before and after
+# lowering (the causal attention core agrees once fused: unfused, the full T×S is computed).
+
+
+def _gemm(node: Node, ins: list[TensorType], outs: list[TensorType]) -> Cost:
+    x, y = ins[0], outs[0]
+    c = Cost().mac("linear", _rows(x) * x.shape[-1] * y.shape[-1])
+    c.add("elementwise", _n(y) if len(ins) > 2 else 0)
+    return c.add("activation", _n(y) if node.attrs.get("act", "none") != "none" else 0)
+
+
+def _gemm_glu(node: Node, ins: list[TensorType], outs: list[TensorType]) -> Cost:
+    x, y = ins[0], outs[0]
+    c = Cost().mac("linear", 2 * _rows(x) * x.shape[-1] * y.shape[-1])
+    return c.add("activation", _n(y)).add("elementwise", _n(y))
+
+
+def _gemm_multi(node: Node, ins: list[TensorType], outs: list[TensorType]) -> Cost:
+    x = ins[0]
+    return Cost().mac("linear", _rows(x) * x.shape[-1] * sum(y.shape[-1] for y in outs))
+
+
+def _sdpa(node: Node, ins: list[TensorType], outs: list[TensorType]) -> Cost:
+    q, k = ins[0], ins[1]
+    b, h, t, hd = q.shape
+    s = k.shape[2]
+    pairs = b * h * (causal_pairs(t, s) if node.attrs["causal"] else t * s)
+    c = Cost().mac("attention", 2 * pairs * hd)
+    c.add("softmax", SOFTMAX_PER_ELEMENT * pairs)
+    c.add("elementwise", pairs * (2 if len(ins) > 3 else 1))  # the scale (and an additive bias)
+    return c
+
+
+def _add_norm(node: Node, ins: list[TensorType], outs: list[TensorType]) -> Cost:
+    norm = _layernorm if node.attrs["kind"] == "layernorm" else _rmsnorm
+    return norm(node, ins, outs[1:]).add("elementwise", _n(outs[0]))
+
+
 FLOP_TABLE: dict[str, CostFn] = {
+    "param": _free,
+    "gemm": _gemm,
+    "gemm_glu": _gemm_glu,
+    "gemm_multi": _gemm_multi,
+    "rope": _per_element("elementwise", 3),  # x·cos + rotate(x)·sin
+    "causal_mask": _free,
+    "sdpa": _sdpa,
+    "add_norm": _add_norm,
     "input": _free,
     "linear": _linear,
     "matmul": _matmul,

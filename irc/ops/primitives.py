@@ -1,0 +1,143 @@
+"""Primitive ops that the ``decompose`` pass lowers layers to, and the fused ops that the
+fusion passes rebuild from them.
+
+After lowering, weights are values: a ``param`` node yields the tensor stored under
+``<weights>.<name>``, so the keys of a weights file are the same before and after.
+"""
+
+from __future__ import annotations
+
+from irc.ops.common import broadcast, need_float, need_rank, same_dim
+from irc.ops.registry import Attr, OpDef, ShapeError, register
+from irc.types import TensorType
+
+ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu", "tanh")
+
+
+def _param_infer(a, ts):
+    return [TensorType("f32", tuple(a["shape"]))]
+
+
+register(OpDef(
+    "param", (), (Attr("name", "ref"), Attr("shape", "dims")), _param_infer,
+    lambda a, ts: {a["name"]: tuple(a["shape"])},
+    doc="a weight as a value: the tensor stored under <weights>.<name>",
+))
+
+
+def _gemm_out(x: TensorType, w: TensorType, b: TensorType | None) -> TensorType:
+    need_rank(x, 1, "an input")
+    need_float(x)
+    need_rank(w, (2,), "a weight [out, in]")
+    same_dim(x.shape[-1], w.shape[1], f"contracts {x.shape[-1]} features with a weight {w}")
+    if b is not None:
+        need_rank(b, (1,), "a bias [out]")
+        same_dim(b.shape[0], w.shape[0], f"bias {b} does not match weight {w}")
+    return x.with_shape(x.shape[:-1] + (w.shape[0],))
+
+
+def _gemm_infer(a, ts):
+    return [_gemm_out(ts[0], ts[1], ts[2] if len(ts) > 2 else None)]
+
+
+register(OpDef(
+    "gemm", ("x", "w", "b?"), (Attr("act", "enum", "none", ACTS),), _gemm_infer,
+    doc="act(x @ w.T + b): a linear layer with its weights as operands and an activation epilogue",
+))
+
+
+def _gemm_glu_infer(a, ts):
+    x, wg, wu = ts
+    g = _gemm_out(x, wg, None)
+    if _gemm_out(x, wu, None) != g:
+        raise ShapeError(f"gate weight {wg} and up weight {wu} differ")
+    return [g]
+
+
+register(OpDef(
+    "gemm_glu", ("x", "w_gate", "w_up"), (Attr("act", "enum", "silu", ("silu", "gelu", "gelu_tanh", "relu")),),
+    _gemm_glu_infer,
+    doc="act(x @ w_gate.T) * (x @ w_up.T) in one pass (SwiGLU's gated half)",
+))
+
+
+def _gemm_multi_infer(a, ts):
+    x, *ws = ts
+    return [_gemm_out(x, w, None) for w in ws]
+
+
+register(OpDef(
+    "gemm_multi", ("x", "ws*"), (), _gemm_multi_infer,
+    results=lambda a: ("q", "k", "v"),
+    doc="x @ w_i.T for several weights in one matmul over their concatenation (merged Q, K, V)",
+))
+
+
+def _heads_infer(a, ts):
+    (x,) = ts
+    need_rank(x, (4,), "heads [B, H, T, hd]")
+    need_float(x)
+    return [x]
+
+
+register(OpDef("rope", ("x",), (Attr("theta", "float", None, doc="default 10000"),), _heads_infer,
+               doc="rotary position embedding on [B, H, T, hd], rotate-half pairing"))
+
+
+def _mask_infer(a, ts):
+    (x,) = ts
+    need_rank(x, 2, "scores [..., T, S]")
+    return [x]
+
+
+register(OpDef("causal_mask", ("x",), (), _mask_infer,
+               doc="scores with key j > query i set to −∞ (top-left aligned)"))
+
+
+def _sdpa_infer(a, ts):
+    q, k, v = ts[:3]
+    for t, what in ((q, "queries"), (k, "keys"), (v, "values")):
+        need_rank(t, (4,), f"{what} [B, H, T, hd]")
+    h, g = q.shape[1], k.shape[1]
+    if isinstance(h, int) and isinstance(g, int) and h % g:
+        raise ShapeError(f"{h} query heads are not a multiple of {g} key/value heads")
+    same_dim(q.shape[3], k.shape[3], f"query width {q.shape[3]} differs from key width {k.shape[3]}")
+    same_dim(k.shape[2], v.shape[2], f"{k.shape[2]} keys but {v.shape[2]} values")
+    same_dim(k.shape[1], v.shape[1], f"{k.shape[1]} key heads but {v.shape[1]} value heads")
+    if len(ts) > 3:
+        broadcast(ts[3], q.with_shape(q.shape[:3] + (k.shape[2],)), "sdpa")
+    return [q.with_shape(q.shape[:3] + (v.shape[3],))]
+
+
+register(OpDef(
+    "sdpa", ("q", "k", "v", "bias?"),
+    (Attr("scale", "float"), Attr("causal", "bool", False)),
+    _sdpa_infer,
+    doc="fused attention core softmax(q·kᵀ·scale [+ bias] [causal])·v; GQA by head index, no n×n buffer",
+))
+
+
+def _add_norm_infer(a, ts):
+    s = broadcast(ts[0], ts[1], "add_norm")
+    need_float(s)
+    if s != ts[0]:
+        raise ShapeError(f"the residual {ts[1]} must not broaden the stream {ts[0]}")
+    return [s, s]
+
+
+def _add_norm_params(a, ts):
+    d = ts[0].shape[-1]
+    if not a["affine"]:
+        return {}
+    if a["kind"] == "rmsnorm" or not a["bias"]:
+        return {"gain": (d,)}
+    return {"gain": (d,), "bias": (d,)}
+
+
+register(OpDef(
+    "add_norm", ("x", "r"),
+    (Attr("kind", "enum", "layernorm", ("layernorm", "rmsnorm")), Attr("eps", "float", 1e-5),
+     Attr("affine", "bool", True), Attr("bias", "bool", True)),
+    _add_norm_infer, _add_norm_params, results=("sum", "norm"),
+    doc="s = x + r and norm(s) in one pass over memory; yields both (the residual stream and its norm)",
+))

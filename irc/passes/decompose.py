@@ -1,0 +1,164 @@
+"""Lower the chapter's layers to primitives: weights become ``param`` values, projections
+become ``gemm``, attention becomes its matmuls, scale, mask and softmax.
+
+Fusion (irc/passes/fuse.py) then rebuilds the hot patterns from these primitives, as TVM
+and XLA do. Parameters and FLOPs are the same before and after (a test checks both).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import irc.ops.primitives  # noqa: F401  (registers the primitive ops)
+from irc.graph import Graph, Node
+from irc.ops.attention import head_dim, kv_heads
+from irc.passes.registry import register_pass
+from irc.passes.rewrite import Context, Rewrite, apply_rules
+
+_ACT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
+    "relu": ("relu", {}),
+    "gelu": ("gelu", {"approx": "none"}),
+    "gelu_tanh": ("gelu", {"approx": "tanh"}),
+    "silu": ("silu", {}),
+    "tanh": ("tanh", {}),
+}
+
+
+class _Emit:
+    """Collects the nodes one layer lowers to, all at the layer's scope and location."""
+
+    def __init__(self, ctx: Context, layer: Node):
+        self.ctx, self.layer, self.nodes = ctx, layer, []
+
+    def op(self, op: str, inputs: list[str], attrs: dict[str, Any] | None = None, name: str | None = None,
+           weights: str | None = None, exact: bool = False) -> str:
+        node = self.ctx.node(op, inputs, dict(attrs or {}), self.layer, name=name, weights=weights,
+                             names=[name] if exact and name else None)
+        self.nodes.append(node)
+        return node.outputs[0]
+
+    def param(self, name: str, shape: tuple, weights: str | None = None) -> str:
+        scope = weights or self.layer.weights
+        return self.op("param", [], {"name": name, "shape": list(shape)},
+                       name=f"{scope}.{name}", weights=scope)
+
+    def gemm(self, x: str, w: str, b: str | None, result_of: Node | None = None) -> str:
+        """A gemm; ``result_of`` makes it take over that layer's result name."""
+        if result_of is not None:
+            return self.op("gemm", [x, w] + ([b] if b else []), {"act": "none"}, name=result_of.outputs[0],
+                           exact=True)
+        return self.op("gemm", [x, w] + ([b] if b else []), {"act": "none"})
+
+    def done(self) -> Rewrite:
+        return Rewrite(self.nodes)
+
+
+def _shapes(ctx: Context, node: Node) -> dict[str, tuple]:
+    from irc.ops import get_op
+
+    opdef = get_op(node.op)
+    return opdef.param_shapes(node.attrs, [ctx.types[v] for v in node.inputs])
+
+
+def _params(e: _Emit, shapes: dict[str, tuple], *names: str) -> list[str | None]:
+    return [e.param(n, shapes[n]) if n in shapes else None for n in names]
+
+
+def _linear(ctx: Context, node: Node) -> Rewrite | None:
+    if node.op != "linear":
+        return None
+    e = _Emit(ctx, node)
+    w, b = _params(e, _shapes(ctx, node), "weight", "bias")
+    e.gemm(node.inputs[0], w, b, result_of=node)
+    return e.done()
+
+
+def _ffn(ctx: Context, node: Node) -> Rewrite | None:
+    if node.op != "ffn":
+        return None
+    e = _Emit(ctx, node)
+    w1, b1, w2, b2 = _params(e, _shapes(ctx, node), "w1", "b1", "w2", "b2")
+    act, attrs = _ACT_OPS[node.attrs["act"]]
+    h = e.gemm(node.inputs[0], w1, b1)
+    h = e.op(act, [h], attrs)
+    e.gemm(h, w2, b2, result_of=node)
+    return e.done()
+
+
+def _swiglu(ctx: Context, node: Node) -> Rewrite | None:
+    if node.op != "swiglu":
+        return None
+    e = _Emit(ctx, node)
+    wg, bg, wu, bu, wd, bd = _params(e, _shapes(ctx, node), "w_gate", "b_gate", "w_up", "b_up", "w_down", "b_down")
+    x = node.inputs[0]
+    gate = e.op("silu", [e.gemm(x, wg, bg)])
+    h = e.op("mul", [gate, e.gemm(x, wu, bu)])
+    e.gemm(h, wd, bd, result_of=node)
+    return e.done()
+
+
+def _unembed(ctx: Context, node: Node) -> Rewrite | None:
+    if node.op != "unembed":
+        return None
+    e = _Emit(ctx, node)
+    shapes = _shapes(ctx, node)
+    x = node.inputs[0]
+    d = ctx.types[x].shape[-1]
+    if node.attrs["tied"] is not None:
+        w = e.param("weight", (node.attrs["vocab"], d), weights=node.attrs["tied"])
+    else:
+        w = e.param("weight", shapes["weight"])
+    (b,) = _params(e, shapes, "bias")
+    e.gemm(x, w, b, result_of=node)
+    return e.done()
+
+
+def _attention(ctx: Context, node: Node) -> Rewrite | None:
+    if node.op != "attention" or node.attrs["rel_buckets"] is not None:
+        return None
+    a = node.attrs
+    e = _Emit(ctx, node)
+    wq, bq, wk, bk, wv, bv, wo, bo = _params(e, _shapes(ctx, node), "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo")
+    x = node.inputs[0]
+    kv = node.inputs[1] if len(node.inputs) > 1 else x
+    b, t, d = ctx.types[x].shape
+    s = ctx.types[kv].shape[1]
+    h, g, hd = a["heads"], kv_heads(a), head_dim(a, d)
+
+    def heads(v: str, n: int, length, name: str) -> str:
+        v = e.op("reshape", [v], {"shape": [b, length, n, hd]})
+        return e.op("transpose", [v], {"perm": [0, 2, 1, 3]}, name=f"{node.outputs[0]}.{name}")
+
+    q = heads(e.gemm(x, wq, bq), h, t, "q")
+    k = heads(e.gemm(kv, wk, bk), g, s, "k")
+    v = heads(e.gemm(kv, wv, bv), g, s, "v")
+    if a["rope"]:
+        q = e.op("rope", [q], {"theta": a["rope_theta"]})
+        k = e.op("rope", [k], {"theta": a["rope_theta"]})
+    scale = a["scale"] if a["scale"] is not None else hd**-0.5
+    if g != h:  # GQA: query head j reads key head j // (h/g); broadcast, never copy
+        q = e.op("reshape", [q], {"shape": [b, g, h // g, t, hd]})
+        k = e.op("reshape", [k], {"shape": [b, g, 1, s, hd]})
+        v = e.op("reshape", [v], {"shape": [b, g, 1, s, hd]})
+    rank = 5 if g != h else 4
+    kt = e.op("transpose", [k], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]})
+    scores = e.op("mul", [e.op("matmul", [q, kt])], {"scalar": float(scale)}, name=f"{node.outputs[0]}.scores")
+    if a["causal"]:
+        scores = e.op("causal_mask", [scores])
+    probs = e.op("softmax", [scores], {"axis": -1}, name=f"{node.outputs[0]}.probs")
+    ctx_name = f"{node.outputs[0]}.ctx"
+    ctx_v = e.op("matmul", [probs, v], name=None if g != h else ctx_name)
+    if g != h:
+        ctx_v = e.op("reshape", [ctx_v], {"shape": [b, h, t, hd]}, name=ctx_name)
+    merged = e.op("transpose", [ctx_v], {"perm": [0, 2, 1, 3]})
+    merged = e.op("reshape", [merged], {"shape": [b, t, h * hd]})
+    e.gemm(merged, wo, bo, result_of=node)
+    return e.done()
+
+
+RULES = [_linear, _ffn, _swiglu, _unembed, _attention]
+
+
+@register_pass("decompose", "lower layers to primitives: param, gemm, matmul, softmax, reshape, ...")
+def decompose(graph: Graph) -> Graph:
+    return apply_rules(graph, RULES, max_rounds=2)

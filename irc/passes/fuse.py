@@ -1,0 +1,171 @@
+"""Fusion passes: rule tables that rebuild hot patterns from decomposed primitives.
+
+Each pass is selectable by name (``--passes decompose,fuse-attention``); ``fuse`` runs them all
+in a sensible order. A rule matches at the *last* node of its pattern, checks that every
+intermediate value has no other reader, and replaces the pattern with one fused node.
+"""
+
+from __future__ import annotations
+
+import irc.ops.primitives  # noqa: F401  (registers the fused ops)
+from irc.graph import Graph, Node
+from irc.passes.registry import register_pass
+from irc.passes.rewrite import Context, Rewrite, apply_rules
+
+_ACTS = {"relu": "relu", "silu": "silu", "tanh": "tanh"}
+
+
+def _act_name(node: Node) -> str | None:
+    if node.op == "gelu":
+        return "gelu" if node.attrs["approx"] == "none" else "gelu_tanh"
+    return _ACTS.get(node.op)
+
+
+# -- attention core ------------------------------------------------------------------------
+
+
+def _strip_heads_view(ctx: Context, value: str) -> str:
+    """Undo the GQA broadcast view (a 4-D → 5-D reshape) to reach the [B, H, T, hd] tensor."""
+    r = ctx.prod(value, "reshape")
+    if r is not None and len(ctx.types[value].shape) == 5 and len(ctx.types[r.inputs[0]].shape) == 4:
+        return r.inputs[0]
+    return value
+
+
+def fuse_attention_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """matmul(softmax([causal_mask](mul(matmul(q, transpose(k)), s))), v) → sdpa(q, k, v)."""
+    if node.op != "matmul":
+        return None
+    probs, v = node.inputs
+    sm = ctx.prod(probs, "softmax")
+    if sm is None or not ctx.only_user(probs, node) or sm.attrs["axis"] not in (-1, len(ctx.types[probs].shape) - 1):
+        return None
+    scores = sm.inputs[0]
+    causal = False
+    mask = ctx.prod(scores, "causal_mask")
+    if mask is not None:
+        if not ctx.only_user(scores, sm):
+            return None
+        causal, scores, reader = True, mask.inputs[0], mask
+    else:
+        reader = sm
+    scaled = ctx.prod(scores, "mul")
+    if scaled is None or scaled.attrs["scalar"] is None or not ctx.only_user(scores, reader):
+        return None
+    qk = ctx.prod(scaled.inputs[0], "matmul")
+    if qk is None or not ctx.only_user(scaled.inputs[0], scaled):
+        return None
+    q, kt = qk.inputs
+    tr = ctx.prod(kt, "transpose")
+    rank = len(ctx.types[kt].shape)
+    if tr is None or tr.attrs["perm"] != list(range(rank - 2)) + [rank - 1, rank - 2] or not ctx.only_user(kt, qk):
+        return None
+    q4, k4, v4 = (_strip_heads_view(ctx, x) for x in (q, tr.inputs[0], v))
+    if any(len(ctx.types[x].shape) != 4 for x in (q4, k4, v4)):
+        return None
+    attrs = {"scale": scaled.attrs["scalar"], "causal": causal}
+    if rank == 5:  # the 5-D context is reshaped back to [B, H, T, hd] by its only reader
+        readers = ctx.users.get(node.outputs[0], [])
+        if len(readers) != 1 or readers[0].op != "reshape" or node.outputs[0] in ctx.outputs:
+            return None
+        fused = ctx.node("sdpa", [q4, k4, v4], attrs, node, names=list(readers[0].outputs))
+        return Rewrite([fused], remove=[readers[0]])
+    return Rewrite([ctx.node("sdpa", [q4, k4, v4], attrs, node, names=list(node.outputs))])
+
+
+# -- residual add + norm -----------------------------------------------------------------------
+
+
+def fuse_add_norm_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """norm(x + r) → add_norm(x, r), which also yields x + r (the residual stream)."""
+    if node.op not in ("layernorm", "rmsnorm"):
+        return None
+    add = ctx.prod(node.inputs[0], "add")
+    if add is None or len(add.inputs) != 2 or add.attrs["scalar"] is not None:
+        return None
+    x, r = add.inputs
+    if ctx.types[x] != ctx.types[add.outputs[0]] or ctx.types[r] != ctx.types[x]:
+        return None  # broadcasting adds stay apart
+    attrs = {"kind": node.op, "eps": node.attrs["eps"], "affine": node.attrs["affine"],
+             "bias": node.attrs.get("bias", False)}
+    fused = ctx.node("add_norm", [x, r], attrs, node, weights=node.weights,
+                     names=[add.outputs[0], node.outputs[0]])
+    return Rewrite([fused], remove=[add])
+
+
+# -- GEMM epilogues ------------------------------------------------------------------------------
+
+
+def fuse_linear_act_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """act(x @ w.T + b) → gemm{act}: the activation runs while the output tile is in registers."""
+    act = _act_name(node)
+    if act is None:
+        return None
+    gemm = ctx.prod(node.inputs[0], "gemm")
+    if gemm is None or gemm.attrs["act"] != "none" or not ctx.only_user(node.inputs[0], node):
+        return None
+    return Rewrite([ctx.node("gemm", list(gemm.inputs), {"act": act}, gemm, names=list(node.outputs))])
+
+
+def fuse_swiglu_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """silu(x @ Wg.T) * (x @ Wu.T) → gemm_glu(x, Wg, Wu): both products in one pass over x."""
+    if node.op != "mul" or len(node.inputs) != 2:
+        return None
+    for gate_v, up_v in (node.inputs, node.inputs[::-1]):
+        act = ctx.prod(gate_v, "silu")
+        if act is None or not ctx.only_user(gate_v, node):
+            continue
+        g = ctx.prod(act.inputs[0], "gemm")
+        u = ctx.prod(up_v, "gemm")
+        if g is None or u is None or len(g.inputs) != 2 or len(u.inputs) != 2:
+            continue
+        if g.attrs["act"] != "none" or u.attrs["act"] != "none" or g.inputs[0] != u.inputs[0]:
+            continue
+        if not ctx.only_user(act.inputs[0], act) or not ctx.only_user(up_v, node):
+            continue
+        fused = ctx.node("gemm_glu", [g.inputs[0], g.inputs[1], u.inputs[1]], {"act": "silu"}, node,
+                         names=list(node.outputs))
+        return Rewrite([fused])
+    return None
+
+
+def fuse_qkv_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """Three bias-free projections of one input → one gemm over the concatenated weights."""
+    if node.op != "gemm" or len(node.inputs) != 2 or node.attrs["act"] != "none":
+        return None
+    x = node.inputs[0]
+    siblings = [n for n in ctx.users.get(x, []) if n.op == "gemm" and len(n.inputs) == 2
+                and n.attrs["act"] == "none" and n.inputs[0] == x and ctx.prod(n.inputs[1], "param")]
+    if len(siblings) != 3 or siblings[-1] is not node:
+        return None  # fire once, at the last of the three
+    fused = ctx.node("gemm_multi", [x] + [n.inputs[1] for n in siblings], {}, siblings[0],
+                     names=[n.outputs[0] for n in siblings])
+    return Rewrite([fused], remove=siblings[:2])
+
+
+FUSIONS = {
+    "fuse-attention": ([fuse_attention_rule], "Q·Kᵀ → scale → causal mask → softmax → ·V into one sdpa"),
+    "fuse-add-norm": ([fuse_add_norm_rule], "residual add + LayerNorm/RMSNorm into one pass yielding both"),
+    "fuse-swiglu": ([fuse_swiglu_rule], "silu(x·W_gate) ⊙ (x·W_up) into one gemm_glu"),
+    "fuse-linear-act": ([fuse_linear_act_rule], "gemm + bias + activation into one gemm with an epilogue"),
+    "fuse-qkv": ([fuse_qkv_rule], "the Q, K, V projections of one input into one gemm_multi"),
+}
+
+
+def _make(rules):
+    return lambda graph: apply_rules(graph, rules)
+
+
+for _name, (_rules, _doc) in FUSIONS.items():
+    register_pass(_name, _doc)(_make(_rules))
+
+
+@register_pass("fuse", "decompose, then every fusion: attention, add+norm, swiglu, linear+act, qkv")
+def fuse_all(graph: Graph) -> Graph:
+    from irc.passes.decompose import decompose
+
+    if any(n.op in ("linear", "attention", "ffn", "swiglu", "unembed") for n in graph.nodes):
+        graph = decompose(graph)
+    for rules, _ in FUSIONS.values():
+        graph = apply_rules(graph, rules)
+    return graph
