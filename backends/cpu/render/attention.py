@@ -1,0 +1,173 @@
+"""Multi-head attention: projections through BLAS, a per-head score matrix, masked softmax.
+
+One kernel per configuration (causal, RoPE, T5 relative bias), so each variant's inner
+loop holds only the code it needs. GQA reads kv head ``h // (heads // kv_heads)`` in place.
+This is the plain, materialising kernel; the flash-style fused kernel is a later pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+from irc.backends.cpu.literals import f32_literal, float_literal, shape_literal
+from irc.backends.cpu.module import A1, A2, A3, F32, F64, I2, I64, Kernel, jit
+from irc.backends.cpu.render.context import NodeCtx
+
+JIT = jit()
+
+ATTENTION = """\
+{jit}
+def {name}(x, kv, wq, bq, wk, bk, wv, bv, wo, bo, rel, buckets, out, heads, kv_heads, scale, theta):
+    nb, nt, nd = x.shape
+    ns, nkv = kv.shape[1], kv.shape[2]
+    hd = wq.shape[0] // heads
+    q = np.dot(x.reshape(nb * nt, nd), wq.T)
+    k = np.dot(kv.reshape(nb * ns, nkv), wk.T)
+    v = np.dot(kv.reshape(nb * ns, nkv), wv.T)
+    for r in range(nb * nt):  # element-wise passes stay serial: cheap next to the matmuls
+        for j in range(q.shape[1]):
+            q[r, j] += bq[j]
+    for r in range(nb * ns):
+        for j in range(k.shape[1]):
+            k[r, j] += bk[j]
+            v[r, j] += bv[j]
+{rope}\
+    heads_out = np.empty((nb * nt, heads * hd), np.float32)
+    group = heads // kv_heads
+    for n in range(nb):
+        for h in range(heads):
+            g = h // group  # the kv head this query head reads (GQA)
+            qh = np.ascontiguousarray(q[n * nt:(n + 1) * nt, h * hd:(h + 1) * hd])
+            kh = np.ascontiguousarray(k[n * ns:(n + 1) * ns, g * hd:(g + 1) * hd])
+            vh = np.ascontiguousarray(v[n * ns:(n + 1) * ns, g * hd:(g + 1) * hd])
+            sc = np.dot(qh, kh.T)
+            for i in prange(nt):  # rows are independent
+                m = np.float32(-np.inf)
+                for j in range(ns):
+                    a = sc[i, j] * scale
+{rel}{causal}\
+                    sc[i, j] = a
+                    if a > m or a != a:
+                        m = a
+                if m == np.float32(-np.inf):  # every key masked: a row of zeros, never NaN
+                    for j in range(ns):
+                        sc[i, j] = np.float32(0.0)
+                else:
+                    s = np.float32(0.0)
+                    for j in range(ns):
+                        e = np.exp(sc[i, j] - m)
+                        sc[i, j] = e
+                        s += e
+                    inv = np.float32(1.0) / s
+                    for j in range(ns):
+                        sc[i, j] *= inv
+            oh = np.dot(sc, vh)
+            for i in range(nt):
+                for d in range(hd):
+                    heads_out[n * nt + i, h * hd + d] = oh[i, d]
+    o2 = out.reshape(nb * nt, nd)
+    np.dot(heads_out, wo.T, o2)
+    for r in range(nb * nt):
+        for j in range(nd):
+            o2[r, j] += bo[j]
+"""
+
+ROPE = """\
+    # RoPE, rotate-half pairing: angle(p, i) = p * theta^(-2i/hd), in float64
+    half = hd // 2
+    npos = max(nt, ns)
+    rc = np.empty((npos, half), np.float32)
+    rs = np.empty((npos, half), np.float32)
+    for p in range(npos):
+        for i in range(half):
+            angle = p * theta ** (-2.0 * i / hd)
+            rc[p, i] = np.cos(angle)
+            rs[p, i] = np.sin(angle)
+    for r in range(nb * nt):
+        p = r % nt
+        for h in range(heads):
+            for i in range(half):
+                a = q[r, h * hd + i]
+                b = q[r, h * hd + half + i]
+                q[r, h * hd + i] = a * rc[p, i] - b * rs[p, i]
+                q[r, h * hd + half + i] = b * rc[p, i] + a * rs[p, i]
+    for r in range(nb * ns):
+        p = r % ns
+        for h in range(kv_heads):
+            for i in range(half):
+                a = k[r, h * hd + i]
+                b = k[r, h * hd + half + i]
+                k[r, h * hd + i] = a * rc[p, i] - b * rs[p, i]
+                k[r, h * hd + half + i] = b * rc[p, i] + a * rs[p, i]
+"""
+
+REL = "                    a += rel[buckets[i, j], h]\n"
+CAUSAL = """\
+                    if j > i:
+                        a = np.float32(-np.inf)
+"""
+
+T5_BUCKETS = '''\
+def t5_buckets(nq, nk, num_buckets, max_distance, bidirectional):
+    """T5's bucket of (key position - query position) for every pair: an [nq, nk] int64 table."""
+    rel = np.arange(nk, dtype=np.int64)[None, :] - np.arange(nq, dtype=np.int64)[:, None]
+    bucket = np.zeros((nq, nk), np.int64)
+    if bidirectional:
+        num_buckets //= 2
+        bucket += (rel > 0).astype(np.int64) * num_buckets
+        rel = np.abs(rel)
+    else:
+        rel = -np.minimum(rel, 0)
+    max_exact = num_buckets // 2
+    safe = np.maximum(rel, 1).astype(np.float64)  # the log is only read where rel >= max_exact
+    large = max_exact + (np.log(safe / max_exact) / math.log(max_distance / max_exact)
+                         * (num_buckets - max_exact)).astype(np.int64)
+    large = np.minimum(large, num_buckets - 1)
+    return np.ascontiguousarray(bucket + np.where(rel < max_exact, rel, large))
+'''
+
+
+SIGNATURE = (A3, A3, A2, A1, A2, A1, A2, A1, A2, A1, A2, I2, A3, I64, I64, F32, F64)
+
+
+def attention_kernel(causal: bool, rope: bool, rel: bool) -> Kernel:
+    name = "k_attention" + ("_causal" if causal else "") + ("_rope" if rope else "") + ("_rel" if rel else "")
+    src = ATTENTION.format(jit=JIT, name=name, rope=ROPE if rope else "", rel=REL if rel else "",
+                           causal=CAUSAL if causal else "")
+    return Kernel(name, src, SIGNATURE)
+
+
+def render_attention(ctx: NodeCtx) -> None:
+    causal, rope = bool(ctx.attr("causal", False)), bool(ctx.attr("rope", False))
+    buckets_n = ctx.attr("rel_buckets")
+    x = ctx.args[0]
+    xs = ctx.in_shape(0)
+    kv = ctx.args[1] if len(ctx.args) > 1 else x
+    kvs = ctx.in_shape(1) if len(ctx.args) > 1 else xs
+    heads = int(ctx.attr("heads"))
+    kv_heads = int(ctx.attr("kv_heads", heads))
+    hd = ctx.weight_shape("wq")[0] // heads
+    scale = ctx.attr("scale", 1.0 / math.sqrt(hd))
+    theta = float(ctx.attr("rope_theta", 10000.0))
+    if kvs[0] != xs[0]:
+        if kvs[0] != 1:
+            raise ctx.error(f"cannot broadcast keys/values of batch {kvs[0]} to queries of batch {xs[0]}")
+        kv = f"np.ascontiguousarray(np.broadcast_to({kv}, {shape_literal((xs[0],) + kvs[1:])}))"
+    k = ctx.kernel(attention_kernel(causal, rope, buckets_n is not None))
+    if buckets_n is not None:
+        helper = ctx.helper("t5_buckets", T5_BUCKETS)
+        max_distance = int(ctx.attr("rel_max_distance", 128))
+        rel = ctx.weight("rel_bias")
+        buckets = f"{helper}({xs[1]}, {kvs[1]}, {int(buckets_n)}, {max_distance}, {not causal})"
+    else:
+        rel, buckets = "np.zeros((1, 1), np.float32)", "np.zeros((1, 1), np.int64)"
+    d, dq, dkv = xs[-1], ctx.weight_shape("wq")[0], ctx.weight_shape("wk")[0]
+    out = ctx.alloc()
+    ctx.emit(f"{k}({x}, {kv}, wq={ctx.weight('wq')}, bq={ctx.weight_or_zeros('bq', dq)}, "
+             f"wk={ctx.weight('wk')}, bk={ctx.weight_or_zeros('bk', dkv)}, "
+             f"wv={ctx.weight('wv')}, bv={ctx.weight_or_zeros('bv', dkv)}, "
+             f"wo={ctx.weight('wo')}, bo={ctx.weight_or_zeros('bo', d)}, rel={rel}, buckets={buckets}, out={out}, "
+             f"heads={heads}, kv_heads={kv_heads}, scale={f32_literal(scale)}, theta={float_literal(theta)})")
+
+
+RENDERERS = {"attention": render_attention}

@@ -1,0 +1,199 @@
+"""Activations, softmax and broadcasting arithmetic: flat or row-wise prange loops."""
+
+from __future__ import annotations
+
+from math import prod
+
+from irc.backends.cpu.literals import f32_literal, shape_literal
+from irc.backends.cpu.module import A1, A2, F32, Kernel, jit
+from irc.backends.cpu.render.activations import act_expr
+from irc.backends.cpu.render.context import NodeCtx, np_dtype
+
+JIT = jit()
+
+UNARY = """\
+{jit}
+def {name}(x, out, p):
+    for i in prange(x.size):
+        v = x[i]
+        out[i] = {expr}
+"""
+
+
+def unary_kernel(act: str) -> Kernel:
+    name = f"k_{act}"
+    return Kernel(name, UNARY.format(jit=JIT, name=name, expr=act_expr(act)), (A1, A1, F32))
+
+
+def render_activation(ctx: NodeCtx) -> None:
+    op = ctx.node.op
+    act = op
+    param = 0.0
+    if op == "gelu" and ctx.attr("approx", "none") == "tanh":
+        act = "gelu_tanh"
+    if op == "leaky_relu":
+        param = ctx.attr("slope", 0.01)
+    if not ctx.out_types[0].is_float:
+        raise ctx.error(f"needs a floating-point input, got {ctx.in_types[0]}")
+    k = ctx.kernel(unary_kernel(act))
+    out = ctx.alloc()
+    ctx.emit(f"{k}({ctx.flat(ctx.args[0])}, {ctx.flat(out)}, {f32_literal(param)})")
+
+
+def render_alias(ctx: NodeCtx) -> None:
+    """identity and dropout (inference): the result is the operand itself."""
+    ctx.emit(f"{ctx.outs[0]} = {ctx.args[0]}")
+
+
+SOFTMAX = """\
+{jit}
+def k_softmax(x, out):
+    n, d = x.shape
+    for r in prange(n):
+        m = np.float32(-np.inf)
+        for j in range(d):
+            a = x[r, j]
+            if a > m or a != a:
+                m = a
+        if m == np.float32(-np.inf):  # every entry is -inf: a defined row of zeros
+            for j in range(d):
+                out[r, j] = np.float32(0.0)
+        else:
+            s = np.float32(0.0)
+            for j in range(d):
+                e = np.exp(x[r, j] - m)
+                out[r, j] = e
+                s += e
+            inv = np.float32(1.0) / s
+            for j in range(d):
+                out[r, j] *= inv
+"""
+
+
+def render_softmax(ctx: NodeCtx) -> None:
+    shape = ctx.in_shape()
+    rank = len(shape)
+    axis = ctx.attr("axis", -1)
+    axis = axis + rank if axis < 0 else axis
+    k = ctx.kernel(Kernel("k_softmax", SOFTMAX.format(jit=JIT), (A2, A2)))
+    x, out = ctx.args[0], ctx.outs[0]
+    if axis == rank - 1:
+        ctx.alloc()
+        ctx.emit(f"{k}({ctx.rows(x, shape)}, {ctx.rows(out, shape)})")
+        return
+    # move the axis last, normalise rows, move it back
+    moved = shape[:axis] + shape[axis + 1:] + (shape[axis],)
+    ctx.emit(f"{out} = np.ascontiguousarray(np.moveaxis({x}, {axis}, -1))")
+    ctx.emit(f"{k}({ctx.rows(out, moved)}, {ctx.rows(out, moved)})")
+    ctx.emit(f"{out} = np.ascontiguousarray(np.moveaxis({out}, -1, {axis}))")
+
+
+# -- binary arithmetic ------------------------------------------------------------------
+
+SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+FLAT = """\
+{jit}
+def {name}(a, b, out):
+    for i in prange(out.size):
+        out[i] = a[i] {sym} b[i]
+"""
+ROWS = """\
+{jit}
+def {name}(a, b, out):
+    for i in prange(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = {lhs} {sym} {rhs}
+"""
+SCALAR = """\
+{jit}
+def {name}(a, s, out):
+    for i in prange(out.size):
+        out[i] = {lhs} {sym} {rhs}
+"""
+
+
+def _binary_kernel(op: str, form: str) -> Kernel:
+    sym = SYMBOL[op]
+    name = f"k_{op}_{form}"
+    if form == "flat":
+        return Kernel(name, FLAT.format(jit=JIT, name=name, sym=sym), (A1, A1, A1))
+    if form == "rows":  # a is [N, D], b is [D]
+        return Kernel(name, ROWS.format(jit=JIT, name=name, sym=sym, lhs="a[i, j]", rhs="b[j]"), (A2, A1, A2))
+    if form == "rows_first":  # a is [D], b is [N, D]
+        return Kernel(name, ROWS.format(jit=JIT, name=name, sym=sym, lhs="a[j]", rhs="b[i, j]"), (A1, A2, A2))
+    if form == "scalar":
+        return Kernel(name, SCALAR.format(jit=JIT, name=name, sym=sym, lhs="a[i]", rhs="s"), (A1, F32, A1))
+    if form == "rscalar":
+        return Kernel(name, SCALAR.format(jit=JIT, name=name, sym=sym, lhs="s", rhs="a[i]"), (A1, F32, A1))
+    raise AssertionError(form)
+
+
+def _is_suffix(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """``small`` (leading 1s dropped) is a trailing block of ``big``: it repeats along rows."""
+    s = list(small)
+    while s and s[0] == 1:
+        s.pop(0)
+    return len(s) <= len(big) and tuple(big[len(big) - len(s):]) == tuple(s)
+
+
+def render_binary(ctx: NodeCtx) -> None:
+    op = ctx.node.op
+    out_shape = ctx.out_shape()
+    out = ctx.outs[0]
+    if not ctx.out_types[0].is_float:
+        _render_numpy_binary(ctx)
+        return
+    a = ctx.args[0]
+    if len(ctx.args) == 1:
+        form = "rscalar" if ctx.attr("reverse", False) and op in ("sub", "div") else "scalar"
+        k = ctx.kernel(_binary_kernel(op, form))
+        ctx.alloc()
+        ctx.emit(f"{k}({ctx.flat(a)}, {f32_literal(ctx.attr('scalar'))}, {ctx.flat(out)})")
+        return
+    b = ctx.args[1]
+    sa, sb = ctx.in_shape(0), ctx.in_shape(1)
+    if sa == out_shape and sb == out_shape:
+        k = ctx.kernel(_binary_kernel(op, "flat"))
+        ctx.alloc()
+        ctx.emit(f"{k}({ctx.flat(a)}, {ctx.flat(b)}, {ctx.flat(out)})")
+    elif sa == out_shape and _is_suffix(sb, out_shape):
+        d = prod(sb)
+        k = ctx.kernel(_binary_kernel(op, "rows"))
+        ctx.alloc()
+        ctx.emit(f"{k}({a}.reshape(-1, {d}), {ctx.flat(b)}, {out}.reshape(-1, {d}))")
+    elif sb == out_shape and _is_suffix(sa, out_shape):
+        d = prod(sa)
+        k = ctx.kernel(_binary_kernel(op, "rows_first"))
+        ctx.alloc()
+        ctx.emit(f"{k}({ctx.flat(a)}, {b}.reshape(-1, {d}), {out}.reshape(-1, {d}))")
+    else:  # general broadcasting: materialise both operands at the result's shape
+        k = ctx.kernel(_binary_kernel(op, "flat"))
+        ctx.alloc()
+        full = shape_literal(out_shape)
+        ctx.emit(f"{k}(np.ascontiguousarray(np.broadcast_to({a}, {full})).reshape(-1), "
+                 f"np.ascontiguousarray(np.broadcast_to({b}, {full})).reshape(-1), {ctx.flat(out)})")
+
+
+_NUMPY_FN = {"add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.divide"}
+
+
+def _render_numpy_binary(ctx: NodeCtx) -> None:
+    """Integer arithmetic (rare: index maths) runs in NumPy."""
+    fn = _NUMPY_FN[ctx.node.op]
+    a = ctx.args[0]
+    if len(ctx.args) == 2:
+        operands = f"{a}, {ctx.args[1]}"
+    else:
+        s = f32_literal(ctx.attr("scalar"))
+        operands = f"{s}, {a}" if ctx.attr("reverse", False) else f"{a}, {s}"
+    ctx.emit(f"{ctx.outs[0]} = np.ascontiguousarray({fn}({operands}), dtype={np_dtype(ctx.out_types[0])})")
+
+
+RENDERERS = {
+    **{name: render_activation for name in ("relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "abs")},
+    "identity": render_alias,
+    "dropout": render_alias,
+    "softmax": render_softmax,
+    **{name: render_binary for name in SYMBOL},
+}

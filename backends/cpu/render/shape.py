@@ -1,0 +1,73 @@
+"""Ops that only move data run in the driver as NumPy views and copies.
+
+Every driver value stays C-contiguous (kernels rely on it), so ops that would give a
+strided view (transpose, select, slice, split) copy with ``np.ascontiguousarray``.
+"""
+
+from __future__ import annotations
+
+from irc.backends.cpu.literals import int_literal, shape_literal
+from irc.backends.cpu.render.context import NodeCtx
+
+
+def _axis(ctx: NodeCtx, axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _index(rank: int, axis: int, item: str) -> str:
+    """``[:, :, item]`` with ``item`` on ``axis``."""
+    return "[" + ", ".join([":"] * axis + [item]) + "]" if rank else "[...]"
+
+
+def render_reshape(ctx: NodeCtx) -> None:
+    """flatten and reshape: a view with the result's (concrete) shape."""
+    ctx.emit(f"{ctx.outs[0]} = {ctx.args[0]}.reshape({shape_literal(ctx.out_shape())})")
+
+
+def render_transpose(ctx: NodeCtx) -> None:
+    rank = len(ctx.in_shape())
+    perm = tuple(_axis(ctx, int(p), rank) for p in ctx.attr("perm"))
+    ctx.emit(f"{ctx.outs[0]} = np.ascontiguousarray({ctx.args[0]}.transpose({shape_literal(perm)}))")
+
+
+def render_concat(ctx: NodeCtx) -> None:
+    axis = _axis(ctx, int(ctx.attr("axis", -1)), len(ctx.out_shape()))
+    ctx.emit(f"{ctx.outs[0]} = np.concatenate([{', '.join(ctx.args)}], axis={int_literal(axis)})")
+
+
+def render_split(ctx: NodeCtx) -> None:
+    shape = ctx.in_shape()
+    axis = _axis(ctx, int(ctx.attr("axis", -1)), len(shape))
+    start = 0
+    for i, out in enumerate(ctx.outs):
+        size = ctx.out_shape(i)[axis]
+        item = f"{start}:{start + size}"
+        ctx.emit(f"{out} = np.ascontiguousarray({ctx.args[0]}{_index(len(shape), axis, item)})")
+        start += size
+
+
+def render_select(ctx: NodeCtx) -> None:
+    shape = ctx.in_shape()
+    axis = _axis(ctx, int(ctx.attr("axis")), len(shape))
+    index = int(ctx.attr("index"))
+    index = index + shape[axis] if index < 0 else index
+    ctx.emit(f"{ctx.outs[0]} = np.ascontiguousarray({ctx.args[0]}{_index(len(shape), axis, str(index))})")
+
+
+def render_slice(ctx: NodeCtx) -> None:
+    shape = ctx.in_shape()
+    axis = _axis(ctx, int(ctx.attr("axis")), len(shape))
+    start, stop, _ = slice(ctx.attr("start", 0), ctx.attr("end"), None).indices(shape[axis])
+    item = f"{int_literal(start)}:{int_literal(stop)}"
+    ctx.emit(f"{ctx.outs[0]} = np.ascontiguousarray({ctx.args[0]}{_index(len(shape), axis, item)})")
+
+
+RENDERERS = {
+    "flatten": render_reshape,
+    "reshape": render_reshape,
+    "transpose": render_transpose,
+    "concat": render_concat,
+    "split": render_split,
+    "select": render_select,
+    "slice": render_slice,
+}
