@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from irc import __version__
-from irc.diagnostics import IrcError, UsageError, render
+from irc.diagnostics import IrcError, UsageError, os_error_words, render
 
 EPILOG = """\
 examples:
@@ -58,7 +58,17 @@ def write_output(path: str | None, text: str) -> None:
             f.write(text)
         os.replace(tmp, target)
     except OSError as e:
-        raise UsageError(f"cannot write '{path}': {e.strerror or e}") from None
+        raise UsageError(f"cannot write '{path}': {_why_unwritable(target, e)}") from None
+
+
+def _why_unwritable(target: Path, e: OSError) -> str:
+    """Plain words for a failed write: name the path component that is in the way."""
+    blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"'{blocker}' is not a folder"
+    if target.is_dir():
+        return "it is a folder"
+    return os_error_words(e)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:

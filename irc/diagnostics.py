@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import errno
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -65,10 +69,137 @@ def render(err: IrcError, severity: str = "error") -> str:
         lines = [f"{err.loc}: {severity}: {err.message}"]
         text = SOURCES.get(err.loc.file)
         if text is not None:
-            src_lines = text.splitlines()
+            # lines end at '\n' only, as the parsers count them (str.splitlines also splits at \f, \x85, ...)
+            src_lines = [ln.removesuffix("\r") for ln in text.split("\n")]
             if 1 <= err.loc.line <= len(src_lines):
                 src = src_lines[err.loc.line - 1].expandtabs(1)
                 lines.append(f"  {err.loc.line:>4} | {src}")
                 lines.append(f"       | {' ' * max(err.loc.col - 1, 0)}^")
     lines.extend(f"note: {n}" for n in err.notes)
     return "\n".join(lines)
+
+
+# -- wording helpers shared by every diagnostic ---------------------------------------------
+
+
+def plural(n: int, word: str) -> str:
+    """``1 argument``, ``2 arguments``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def where(loc: Loc, here: str | None = None) -> str:
+    """``4:9`` for a place in the file ``here``, else ``file:4:9``."""
+    return f"{loc.line}:{loc.col}" if loc.file == here else str(loc)
+
+
+def format_number(v: int | Fraction | float) -> str:
+    """A number as a user wrote it: ``1.5`` rather than ``3/2``, ``1/3`` when no decimal is exact."""
+    if isinstance(v, Fraction):
+        if v.denominator == 1:
+            return str(v.numerator)
+        den = v.denominator
+        for p in (2, 5):
+            while den % p == 0:
+                den //= p
+        if den == 1:  # a finite decimal
+            digits = 0
+            while (v * 10**digits).denominator != 1:
+                digits += 1
+            text = f"{abs(v.numerator) * 10**digits // v.denominator:0{digits + 1}d}"
+            sign = "-" if v < 0 else ""
+            return f"{sign}{text[:-digits]}.{text[-digits:]}"
+        return f"{v.numerator}/{v.denominator}"
+    return str(v)
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """One insertion, deletion, substitution or swap of neighbours turns ``a`` into ``b``."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    i = next((i for i in range(len(short)) if short[i] != long[i]), len(short))
+    return short[i:] == long[i + 1:]
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate ``name`` is most likely a misspelling of, or None when none is close.
+
+    Close means: the same but for letter case, one edit away (for names of two or more
+    letters), ``name`` with a ``_suffix`` added, or a difflib ratio of at least 0.75.
+    """
+    pool = sorted({c for c in candidates if c and c != name})
+    folded = [c for c in pool if c.lower() == name.lower()]
+    if folded:
+        return folded[0]
+    if len(name) >= 2:
+        near = [c for c in pool if _one_edit_apart(name, c)]
+        if near:
+            return max(near, key=lambda c: difflib.SequenceMatcher(None, name, c).ratio())
+    stems = [c for c in pool if len(c) >= 3 and name.startswith(c + "_")]
+    if stems:
+        return max(stems, key=len)
+    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` or the empty string."""
+    close = suggest(name, candidates)
+    return f"; did you mean '{close}'?" if close else ""
+
+
+# OS error numbers -> plain words
+_OS_WORDS = {
+    errno.ENOENT: "no such file or folder",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EISDIR: "it is a folder",
+    errno.ENOSPC: "no space left on the device",
+    errno.EROFS: "the file system is read-only",
+    errno.ENAMETOOLONG: "the name is too long",
+    errno.ELOOP: "too many symbolic links",
+}
+
+
+def os_error_words(e: OSError) -> str:
+    """An OS error in plain words, without ``[Errno N]``."""
+    if e.errno in _OS_WORDS:
+        return _OS_WORDS[e.errno]
+    return (e.strerror or str(e)).lower()
+
+
+# -- reading the user's files ----------------------------------------------------------------
+
+
+def decode_source(raw: bytes, file: str) -> str:
+    """UTF-8 text (a leading byte-order mark is dropped); a bad byte is an error at its line and column."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+        good = raw[start:e.start].decode("utf-8")
+        line = good.count("\n") + 1
+        col = len(good) - (good.rfind("\n") + 1) + 1
+        register_source(file, raw[start:].decode("utf-8", errors="replace"))
+        raise IrcError(f"the file is not UTF-8 text (byte 0x{raw[e.start]:02x})", Loc(file, line, col)) from None
+
+
+def read_source(path: Path, file: str, kind: str, used_at: Loc | None = None, hint: str = "") -> str:
+    """The text of ``path`` (named ``file`` in diagnostics); ``kind`` names what it should be.
+
+    Errors point at ``used_at`` (the ``use`` that named the file) when there is one; ``hint``
+    (a did-you-mean) is added when the file does not exist.
+    """
+    if path.is_dir():
+        raise IrcError(f"'{file}' is a folder, not {kind}", used_at)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise IrcError(f"cannot find '{file}'{hint}", used_at) from None
+    except OSError as e:  # permissions, I/O errors: not reproducible in a checked-in case
+        raise IrcError(f"cannot read '{file}': {os_error_words(e)}", used_at) from None
+    return decode_source(raw, file)

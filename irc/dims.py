@@ -10,6 +10,8 @@ orders of magnitude faster to import and evaluate than a general CAS.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import Union
 
@@ -62,6 +64,13 @@ class Sym:
     __rmul__ = __mul__
 
     def __floordiv__(self, other: Dim) -> Dim:
+        exact = _exact_quotient(self, other)
+        if exact is not None:
+            return exact
+        if isinstance(other, Sym):
+            reduced = _cancel_monomial(self, other)
+            if reduced is not None:
+                return reduced
         if isinstance(other, int):
             if other == 1:
                 return self
@@ -72,9 +81,14 @@ class Sym:
                 # floor((floor(p/a) + c)/b) == floor((p + c*a)/(a*b)) for integers, a, b > 0
                 inner, a, c = nested
                 return (inner + c * a) // (a * other)
+        if isinstance(other, int) and other != 0:
+            common = math.gcd(other, *(c for _, c in self.terms))
+            if common > 1:  # floor(g*p / (g*k)) == floor(p / k)
+                return _norm({m: c // common for m, c in self.terms}) // (other // common)
         left = str(self) if self._is_atom() else f"({self})"
         if not isinstance(other, int):
-            return opaque(f"{left}//({other})")
+            right = str(other) if other._is_atom() else f"({other})"
+            return opaque(f"{left}//{right}")
         atom = opaque(f"{left}//{other}")
         if other > 0:
             _FLOORDIV_ATOMS[atom.terms[0][0][0]] = (self, other)
@@ -96,7 +110,9 @@ class Sym:
         return len(self.terms) == 1 and len(self.terms[0][0]) == 1 and self.terms[0][1] == 1
 
     def __rfloordiv__(self, other: Dim) -> Dim:
-        return opaque(f"{other}//({self})")
+        if other == 0:
+            return 0
+        return opaque(f"{other}//{self}" if self._is_atom() else f"{other}//({self})")
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sym):
@@ -166,6 +182,64 @@ def _norm(terms: dict[Monomial, int]) -> Dim:
     return Sym(terms)
 
 
+def _leading(terms: dict[Monomial, int]) -> tuple[Monomial, int]:
+    """The leading term in graded lexicographic order (a monomial order, so division ends)."""
+    degree = max(len(m) for m in terms)
+    # among monomials of one degree, the smaller sorted tuple has more of the first symbols
+    m = min(m for m in terms if len(m) == degree)
+    return m, terms[m]
+
+
+def _divide_monomial(m: Monomial, by: Monomial) -> Monomial | None:
+    """``m / by`` when ``by`` divides ``m``, else None."""
+    left = Counter(m)
+    left.subtract(Counter(by))
+    if any(n < 0 for n in left.values()):
+        return None
+    return tuple(sorted(left.elements()))
+
+
+def _exact_quotient(p: Dim, d: Dim) -> Dim | None:
+    """``q`` with ``p == q*d`` as polynomials (so ``p // d == q`` for every binding), or None.
+
+    Multivariate long division by leading terms; it succeeds exactly when ``d`` divides ``p``.
+    """
+    if isinstance(d, int) and d == 0:
+        return None
+    rest = dict(_as_terms(p))
+    rest = {m: c for m, c in rest.items() if c}
+    divisor = {m: c for m, c in _as_terms(d) if c}
+    lead_m, lead_c = _leading(divisor)
+    quotient: dict[Monomial, int] = {}
+    while rest:
+        m, c = _leading(rest)
+        qm = _divide_monomial(m, lead_m)
+        if qm is None or c % lead_c:
+            return None
+        qc = c // lead_c
+        quotient[qm] = quotient.get(qm, 0) + qc
+        for dm, dc in divisor.items():
+            key = tuple(sorted(qm + dm))
+            rest[key] = rest.get(key, 0) - qc * dc
+            if rest[key] == 0:
+                del rest[key]
+    return _norm(quotient)
+
+
+def _cancel_monomial(p: Sym, d: Sym) -> Dim | None:
+    """``(m*p') // (c*m)`` is ``p' // c``: sizes are positive, so a common monomial cancels."""
+    if len(d.terms) != 1 or d.terms[0][1] <= 0:
+        return None
+    m, c = d.terms[0]
+    reduced: dict[Monomial, int] = {}
+    for pm, pc in p.terms:
+        rm = _divide_monomial(pm, m)
+        if rm is None:
+            return None
+        reduced[rm] = pc
+    return dim_floordiv(_norm(reduced), c)
+
+
 def _atom_text(name: str) -> str:
     return name
 
@@ -193,9 +267,7 @@ def is_concrete(d: Dim) -> bool:
 def dim_floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
-    if isinstance(a, int):
-        return opaque(f"{a}//({b})")
-    return a // b
+    return a // b  # Sym.__floordiv__ or Sym.__rfloordiv__
 
 
 def dim_ceildiv(a: Dim, b: Dim) -> Dim:
@@ -235,3 +307,24 @@ def prod(dims: tuple[Dim, ...] | list[Dim]) -> Dim:
     for d in dims:
         out = out * d
     return out
+
+
+def exact_div(a: Dim, b: Dim) -> Dim | None:
+    """``a / b`` when ``b`` divides ``a`` for every binding of the symbols, else None."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b != 0 and a % b == 0 else None
+    return _exact_quotient(a, b)
+
+
+def never_positive(d: Dim) -> bool:
+    """True when ``d`` is below 1 for every binding of its symbols to sizes (integers >= 1).
+
+    Only decided for polynomials in plain symbols with no positive coefficient (such as
+    ``-B`` or ``2 - 2*T``); an opaque atom can be negative, so its sign is not judged.
+    """
+    if isinstance(d, int):
+        return d < 1
+    if any(s.startswith("(") for m, _ in d.terms for s in m):
+        return False
+    # each monomial is at least 1, so the value is at most the sum of the coefficients
+    return all(c <= 0 for m, c in d.terms if m) and sum(c for _, c in d.terms) < 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from irc.diagnostics import IrcError, Loc
+from irc.diagnostics import IrcError, Loc, plural, where
 from irc.types import TensorType
 
 
@@ -39,6 +39,7 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[tuple[str, str]] = field(default_factory=list)  # (label, value)
     bindings: dict[str, int] = field(default_factory=dict)
+    loc: Loc | None = None  # the model's (or IR graph's) name, for errors about the whole graph
 
     def producers(self) -> dict[str, Node]:
         return {v: n for n in self.nodes for v in n.outputs}
@@ -70,14 +71,19 @@ class Graph:
             ],
             list(self.outputs),
             dict(self.bindings),
+            self.loc,
         )
 
 
 def verify(graph: Graph) -> None:
-    """Check SSA form, operand order and typing; raise IrcError on the first problem."""
+    """Check SSA form, operand order and typing; raise IrcError on the first problem.
+
+    The builder and the IR parser already guarantee SSA form (the parser reports its
+    errors at the operand); here it guards the passes, which rewrite the graph.
+    """
     from irc.ops import get_op
 
-    defined: set[str] = set()
+    defined: dict[str, Node] = {}
     for node in graph.nodes:
         opdef = get_op(node.op)
         if opdef is None:
@@ -87,12 +93,15 @@ def verify(graph: Graph) -> None:
                 raise IrcError(f"'{node.op}' uses %{v} before it is defined", node.loc)
         for v in node.outputs:
             if v in defined:
-                raise IrcError(f"value %{v} is defined twice", node.loc)
-            defined.add(v)
+                first = defined[v].loc
+                notes = [f"first defined at {where(first, node.loc.file if node.loc else None)}"] if first else []
+                raise IrcError(f"value %{v} is defined twice", node.loc, notes=notes)
+            defined[v] = node
         if node.types and len(node.types) != len(node.outputs):
-            raise IrcError(f"'{node.op}' has {len(node.outputs)} results but {len(node.types)} types", node.loc)
+            raise IrcError(f"'{node.op}' has {plural(len(node.outputs), 'result')} but "
+                           f"{plural(len(node.types), 'type')}", node.loc)
     for label, v in graph.outputs:
         if v not in defined:
-            raise IrcError(f"output {label} = %{v} is not defined")
+            raise IrcError(f"output {label} = %{v} is not defined", graph.loc)
     if not graph.outputs:
-        raise IrcError(f"model '{graph.name}' has no outputs")
+        raise IrcError(f"graph '{graph.name}' has no outputs", graph.loc)

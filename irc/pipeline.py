@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
-from irc.diagnostics import IrcError, UsageError
+from irc.diagnostics import IrcError, UsageError, did_you_mean, read_source
 from irc.graph import Graph, verify
 from irc.passes import PASSES, get_pass
 from irc.printer import print_graph
@@ -38,21 +39,17 @@ def parse_defines(defines: list[str] | None) -> dict[str, int]:
 def load_graph(path: str | Path, bindings: dict[str, int] | None = None, model: str | None = None) -> Graph:
     """Build the model in an ``.arch`` file (or read an ``.ir`` dump) and infer its types."""
     path = Path(path)
+    if not path.exists():
+        raise IrcError(f"no such file: '{path}'")
     if path.suffix == ".ir":
         from irc.ir_parser import parse_ir
 
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise IrcError(f"cannot read '{path}': {e}") from None
-        graph = parse_ir(text, str(path))
+        graph = parse_ir(read_source(path, str(path), "an IR file"), str(path))
         if bindings:
             from irc.passes.bind import bind_symbols
 
             graph = bind_symbols(graph, bindings)
     else:
-        if not path.exists():
-            raise IrcError(f"no such file: '{path}'")
         from irc.frontends.arch import build_file
 
         graph = build_file(path, bindings, model)
@@ -65,8 +62,10 @@ def load_graph(path: str | Path, bindings: dict[str, int] | None = None, model: 
 def _check_overflow(graph: Graph) -> None:
     for node in graph.nodes:
         for t in node.types:
-            n = t.numel()
-            if isinstance(n, int) and n >= 2**62:
+            if not all(isinstance(d, int) for d in t.shape):
+                continue  # symbolic: checked once the symbols are bound
+            n = math.prod(t.shape)
+            if n >= 2**62:
                 raise IrcError(f"'{node.op}' result {t} has {n:,} elements, which overflows int64 arithmetic",
                                node.loc)
 
@@ -77,7 +76,7 @@ def run_passes(graph: Graph, names: list[str], dump: Callable[[str, str], None] 
         fn = get_pass(name)
         if fn is None:
             known = ", ".join(sorted(PASSES))
-            raise UsageError(f"unknown pass '{name}' (known passes: {known})")
+            raise UsageError(f"unknown pass '{name}'{did_you_mean(name, PASSES)} (known passes: {known})")
         before = print_graph(graph) if (dump and only_changed) else None
         graph = fn(graph)
         verify(graph)

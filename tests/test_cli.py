@@ -47,7 +47,7 @@ def test_model_error_exits_1(irc_cli, tmp_path: Path) -> None:
     r = irc_cli(["compile", "bad.arch"], cwd=tmp_path)
     assert r.rc == 1
     assert r.out == ""
-    assert r.err.startswith("bad.arch:4:14: error: 'add': cannot broadcast f32[B,T,15] with f32[B,T,8]")
+    assert r.err.startswith("bad.arch:4:20: error: 'add': cannot broadcast f32[B,T,15] with f32[B,T,8]")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -82,8 +82,8 @@ def test_no_command_prints_help_and_exits_2(irc_cli) -> None:
 
 
 @pytest.mark.parametrize("content, message", [
-    (None, "no such file: 'missing.arch'"),
-    (b"model m(B) {\xff\xfe}\n", "cannot read 'binary.arch'"),
+    (None, "irc: error: no such file: 'missing.arch'"),
+    (b"model m(B) {\xff\xfe}\n", "binary.arch:1:13: error: the file is not UTF-8 text (byte 0xff)"),
 ])
 def test_unreadable_inputs_exit_1(irc_cli, tmp_path: Path, content: bytes | None, message: str) -> None:
     name = "missing.arch" if content is None else "binary.arch"
@@ -98,7 +98,7 @@ def test_a_directory_is_not_a_model(irc_cli, tmp_path: Path) -> None:
     (tmp_path / "dir.arch").mkdir()
     r = irc_cli(["compile", "dir.arch"], cwd=tmp_path)
     assert r.rc == 1
-    assert "cannot read 'dir.arch'" in r.err
+    assert r.err == "irc: error: 'dir.arch' is a folder, not an .arch file\n"
 
 
 # -- --version and --help ----------------------------------------------------------------

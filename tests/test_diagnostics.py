@@ -7,8 +7,8 @@ Rewrite the .err files with ``pytest --update-golden`` (tests/conftest.py) and r
 changed message before committing it.
 
 Messages that are correct in substance but should read better are kept at their current
-text; WANTED below says what each should say, so the lead can change the code and the
-golden together.
+text and listed in WANTED with what each should say, so the code and the golden change
+together.
 """
 
 from __future__ import annotations
@@ -23,87 +23,17 @@ from irc.ops import OPS
 ERRORS_DIR = Path(__file__).resolve().parent / "golden" / "errors"
 CASES = sorted([*ERRORS_DIR.glob("*.arch"), *ERRORS_DIR.glob("*.ir")])
 
-# case -> the message it should give instead (the golden keeps the current text).
-WANTED: dict[str, str] = {
-    # -- wrong: the message names the wrong problem --------------------------------------
-    # a misspelled tensor name becomes an enum value, then an attribute of relu
-    "undefined_name_as_input": "undefined name 'inpt'; did you mean 'inp'?",
-    "number_as_tensor_input": "'relu' needs a tensor input, got the number 3",
-    # relu is an op, and the suggestion repeats the name
-    "repeat_not_a_block": "repeat needs a block, but 'relu' is a layer; wrap it in a block",
-    # the cycle is missed when paths differ (inc/../x.arch): key loaded files by Path.resolve()
-    "use_cycle_two_files": "use_cycle_two_files.arch:2:5 (in inc/cycle_b.arch:1:5): error: 'use' cycle: "
-                           "use_cycle_two_files.arch → cycle_b.arch → use_cycle_two_files.arch",
-    # a name close to nothing still gets a suggestion (difflib cutoff 0.6 is too low)
-    "unknown_op_no_suggestion": "unknown layer or block 'frobnicate' (no suggestion)",
-    # an unknown name in a shape is reported as a type problem
-    "undefined_name_in_shape": "undefined name 'dd'; did you mean 'd'?",
-    "unbound_symbol": "undefined name 'N'; to make it a symbolic size, declare it in the header: model m(B, N)",
-    # the size is caught as an element-count overflow at the input's name, with a 60-digit count
-    "dim_too_large": "a dimension must be below 2**62, got 1000000000000000000000000000000 (caret at 'n' in the shape)",
-    # -- missing: a did-you-mean that 'output NAME' already gives ---------------------------
-    "undefined_name_in_layer_args": "undefined name 'inpt'; did you mean 'inp'?",
-    "undefined_name_in_arithmetic": "undefined name 'inpt'; did you mean 'inp'?",
-    "undefined_enum_value": "... one of sinusoidal, learned; got 'lerned'; did you mean 'learned'?",
-    "attr_wrong_enum": "... one of relu, gelu, gelu_tanh, silu, tanh; got 'gelu_fast'; did you mean 'gelu'?",
-    "repeat_undefined_block": "unknown block 'layr'; did you mean 'layer'? (repeat takes only blocks)",
-    "tied_undefined": "undefined name 'embb'; tied= needs an embedding instance (emb = embedding(V, d))",
-    # -- value descriptions ------------------------------------------------------------------
-    "attr_none": "attribute 'heads' of 'attention' must be an integer, got none (not 'NoneType')",
-    "attr_string": "attribute 'out' of 'linear' must be a positive size, got the string \"four\" (not 'name')",
-    "attr_float_for_int": "attribute 'axis' of 'softmax' must be an integer, got 1.5 (not 'rational 3/2')",
-    # -- clumsier than needed ----------------------------------------------------------------
-    "matmul_batch_mismatch": "'matmul': batch dimensions [2,3] and [3,1] do not broadcast "
-                             "(not 'cannot broadcast f32[2,3] with f32[3,1]', which are not operand types)",
-    "matmul_contraction": "'matmul': inner sizes differ (8 and 6): f32[4,8] @ f32[6,3]",
-    "unembed_tied_width": "'unembed': tied to 'emb', whose rows have 64 features, but the input has 32",
-    "reshape_two_minus_one": "'reshape': the shape [-1, 2, -1] has two -1 entries; at most one is allowed",
-    "block_too_many_args": "block 'f' takes 1 argument, got 2",
-    "output_layer_instance": "'relu' needs 1 tensor input, got 0",
-    "duplicate_block": "'f' is already defined in this scope, with 'note: first defined at 4:9'",
-    "split_to_one_name": "same text, caret under 'split' (4:14), not under 'output'",
-    # -- syntax: say what is missing, not every token that could follow ----------------------
-    "syntax_unterminated_string": "unterminated string (not 'unexpected character '\"'')",
-    "syntax_unterminated_block": "unexpected end of file; expected '}' to close the model opened at 2:12",
-    "syntax_eof_in_expression": "unexpected end of file; expected an expression",
-    "syntax_double_operator": "unexpected '@'; expected an expression",
-    "syntax_missing_paren": "expected ')' or ',' — caret at the end of line 4, where the ')' belongs",
-    "use_error_in_used_file": "unexpected '}'; expected ')' to close the call opened at 2:14 "
-                              "(today ')' is lost in an alphabetical list cut at 8 entries)",
-    # -- IR input ----------------------------------------------------------------------------
-    "ir_undefined_value": "ir_undefined_value.ir:4:13: error: %z is used before it is defined (no location today)",
-    "ir_bad_dim": "ir_bad_dim.ir:3:23: error: bad dimension '8$' (caret under '$', no second column count)",
-    # the column counts from the stripped line: indentation and the skipped space are lost
-    "ir_bad_character": "ir_bad_character.ir:4:16: error: unexpected character '~' (caret under it, not under %x)",
-    "ir_expected_token": "expected '=', got 'relu' (quote the expected token too)",
-    "ir_operand_count": "ir_operand_count.ir:4:3: error: 'linear' takes 1 operand, got 2 (no location today: "
-                        "nodes read from IR without loc() should carry their IR line)",
-    "ir_result_count": "ir_result_count.ir:4:3: error: 'relu' has 1 result but 2 names",
-    "ir_type_count": "ir_type_count.ir:4:3: error: 'relu' has 2 results but 1 type",
-    "ir_no_outputs": "ir_no_outputs.ir:2:1: error: graph 'm' has no outputs (at the graph line)",
-    "ir_undefined_output": "ir_undefined_output.ir:4:14: error: output y = %zz is not defined",
-    "ir_value_defined_twice": "ir_value_defined_twice.ir:4:3: error: value %x is defined twice (note: first at 3:3)",
-    "ir_define_unknown_symbol": "located at the graph header, as the .arch case is (define_unknown_symbol)",
-    "not_utf8": "inc/not_utf8.arch:2:21: error: the file is not UTF-8 text (byte 0xff)",
-    "ir_not_utf8": "inc/not_utf8.ir:2:14: error: the file is not UTF-8 text (byte 0xfe)",
-    "use_a_directory": "'inc' is a folder, not an .arch file (not '[Errno 21] Is a directory: 'inc'')",
-    "output_unwritable": "cannot write 'inc/lib.arch/out.ir': 'inc/lib.arch' is not a folder (not 'File exists')",
-    "symbolic_modulo": "'%' is not defined for symbolic sizes (today's text is wrong: 2 is a constant integer divisor)",
-    # -- exit status -------------------------------------------------------------------------
-    "model_option_unknown": "exit 2: --model naming nothing in the file is bad usage, like an unknown -D format",
-}
+# case -> the message it should give instead (the golden keeps the current text). Empty: every
+# message reads as wanted; add an entry here when a golden is correct in substance but not in wording.
+WANTED: dict[str, str] = {}
 
-# cases whose message has no file:line:col today (each is in WANTED or is a usage error)
+# cases whose message has no file:line:col: the command line, not a file, is wrong, or there is no file
 NO_LOCATION = {
-    # usage errors: the command line, not a file, is wrong
+    # usage errors
     "define_conflict", "define_not_integer", "define_zero", "define_malformed", "define_too_large", "unknown_pass",
     "output_unwritable", "model_option_unknown",
     # inputs with no line to point at
     "missing_file",
-    # each of these is in WANTED
-    "use_cycle_two_files", "not_utf8", "ir_not_utf8", "ir_define_unknown_symbol", "ir_undefined_value",
-    "ir_operand_count", "ir_result_count", "ir_type_count", "ir_no_outputs", "ir_undefined_output",
-    "ir_value_defined_twice",
 }
 
 _LOCATED = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+): error: \S")
@@ -126,7 +56,8 @@ def test_error_has_location_source_line_and_caret(case: Path) -> None:
     m = _LOCATED.match(lines[0])
     assert m, lines[0]
     where = ERRORS_DIR / m["file"]
-    src = where.read_text(encoding="utf-8").splitlines() if where.exists() else []
+    # a file that is not UTF-8 is quoted with U+FFFD for its bad bytes, as irc quotes it
+    src = where.read_bytes().decode("utf-8", errors="replace").splitlines() if where.exists() else []
     line, col = int(m["line"]), int(m["col"])
     if not src:  # an empty file has no line to quote
         return
@@ -134,6 +65,19 @@ def test_error_has_location_source_line_and_caret(case: Path) -> None:
     assert lines[1] == f"  {line:>4} | {src[line - 1].expandtabs(1)}"
     assert lines[2] == "       | " + " " * (col - 1) + "^"
     assert col <= len(src[line - 1]) + 1
+
+
+def test_source_lines_are_counted_at_newlines_only(tmp_path: Path) -> None:
+    """A form feed or U+0085 in a comment starts no line for the parser, so none for the quote."""
+    from irc.diagnostics import IrcError, render
+    from irc.pipeline import load_graph
+
+    text = "model m(B) {\n  # a form feed \x0c and a next-line \x85 in a comment\n  input x: f32[B, 8]\n" \
+           "  output y = linear(x, 0)\n}\n"
+    (tmp_path / "m.arch").write_text(text, encoding="utf-8")
+    with pytest.raises(IrcError) as info:
+        load_graph(tmp_path / "m.arch")
+    assert render(info.value).splitlines()[1] == "     4 |   output y = linear(x, 0)"
 
 
 def test_usage_errors_have_no_location() -> None:
@@ -175,23 +119,22 @@ def test_no_location_list_is_current() -> None:
 # origin, path:line). The cases above must reach every such raise in the files below.
 
 CATALOGUE_SCOPE = ["frontends/arch/*.py", "irc/ops/*.py", "irc/passes/shape_infer.py", "irc/passes/bind.py",
-                   "irc/pipeline.py", "irc/ir_parser.py", "irc/graph.py", "irc/cli.py"]
+                   "irc/pipeline.py", "irc/ir_parser.py", "irc/graph.py", "irc/cli.py", "irc/diagnostics.py"]
 _ERRORS = {"IrcError", "ShapeError", "AttrError", "UsageError"}
 ROOT = ERRORS_DIR.parents[2]
 
 # (file, text of the raise) for paths no input can reach today, or that CI cannot afford
 UNREACHED: dict[tuple[str, str], str] = {
-    ("frontends/arch/parse.py", "unexpected end of file"): "the LALR parser reports EOF as UnexpectedToken $END",
     ("frontends/arch/parse.py", "str(e).splitlines()[0]"): "other Lark errors do not occur with lexer='basic'",
     ("frontends/arch/builder.py", "unknown dtype"): "the grammar's DTYPE only matches INPUT_DTYPES",
     ("frontends/arch/builder.py", "f\"unexpected '{tree}'\""): "bare tokens never reach _expr",
-    ("frontends/arch/builder.py", "raise IrcError(f\"undefined name '{v.name}'\", v.loc)"):
-        "two identical raises: _value's is reached; _list_item's never is (list items pass _value first)",
-    ("frontends/arch/builder.py", "bad number"): "every NUMBER token is a valid Fraction",
-    ("frontends/arch/builder.py", "the model expands to more than"): "2,000,000 nodes take too long for CI",
-    ("irc/ops/dense.py", "expects floating-point input"): "_check_not_int is never called (dead code)",
+    ("frontends/arch/builder.py", "bad number"): "every NUMBER token that passes the digit limit is a valid Fraction",
     ("irc/passes/shape_infer.py", "unknown op"): "verify() and the IR parser reject unknown ops first",
     ("irc/graph.py", "unknown op"): "the IR parser rejects unknown ops first",
+    ("irc/graph.py", "before it is defined"): "the IR parser reports it first, at the operand; the builder cannot",
+    ("irc/graph.py", "is defined twice"): "the IR parser reports it first, with both places; the builder cannot",
+    ("irc/graph.py", "is not defined"): "the IR parser reports it first, at the output; the builder cannot",
+    ("irc/diagnostics.py", "cannot read"): "permission and I/O errors cannot be staged in a checked-in case",
 }
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from irc.dim_parse import DimSyntaxError, parse_dim
-from irc.dims import Dim, Sym, dim_ceildiv, dim_floordiv, dim_max, dim_min, dim_symbols, prod, subs
+from irc.dims import Dim, Sym, dim_ceildiv, dim_floordiv, dim_max, dim_min, dim_symbols, exact_div, prod, subs
 from irc.types import TensorType
 
 B, T, H = Sym.var("B"), Sym.var("T"), Sym.var("H")
@@ -143,3 +143,33 @@ def test_symbolic_results_match_integer_arithmetic(e: Expr, b: int, t: int, h: i
     assert again == d
     assert str(again) == str(d)
     assert subs(again, env) == _eval(e, env)
+
+
+# -- division by a symbolic size: exact when it divides, an opaque atom otherwise -----------
+
+polys = st.recursive(
+    st.one_of(st.integers(1, 9).map(lambda n: ("int", n)), st.sampled_from("BTH").map(lambda s: ("sym", s))),
+    lambda inner: st.tuples(st.sampled_from(["+", "*"]), inner, inner),
+    max_leaves=5,
+)
+
+
+def test_exact_symbolic_division() -> None:
+    assert (768 * B * T) // (12 * B * T) == 64
+    assert (768 * B * T) // B == 768 * T
+    assert (B * B - 1) // (B - 1) == B + 1
+    assert exact_div(2 * B * T + 2 * B, T + 1) == 2 * B
+    assert exact_div(T, 3) is None and exact_div(B * T + 1, B) is None
+    assert dim_floordiv(0, T) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(polys, polys, st.integers(1, 30), st.integers(1, 30), st.integers(1, 30))
+def test_symbolic_division_matches_integer_arithmetic(p: Expr, d: Expr, b: int, t: int, h: int) -> None:
+    env = {"B": b, "T": t, "H": h}
+    num, den = _build(p), _build(d)
+    assert subs(dim_floordiv(num * den, den), env) == _eval(p, env)  # p*d // d is p, exactly
+    assert exact_div(num * den, den) == num
+    q = dim_floordiv(num, den)
+    assert subs(q, env) == _eval(p, env) // _eval(d, env)
+    assert parse_dim(str(q)) == q

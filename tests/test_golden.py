@@ -28,13 +28,17 @@ def test_op_golden(arch: Path, golden, golden_case) -> None:
     golden.check(arch.with_suffix(".ir"), run.result.out)
 
 
+PASSES_DIR = OPS_DIR.parent / "passes"  # the primitives that decompose and fusion produce
+
+
 def _golden_ops() -> set[str]:
-    return {op for ir in OPS_DIR.glob("*.ir") for op in _NODE_OP.findall(ir.read_text(encoding="utf-8"))}
+    dumps = [*OPS_DIR.glob("*.ir"), *PASSES_DIR.glob("*.ir")]
+    return {op for ir in dumps for op in _NODE_OP.findall(ir.read_text(encoding="utf-8"))}
 
 
 def test_every_op_has_a_golden() -> None:
     missing = sorted(set(OPS) - _golden_ops())
-    assert not missing, f"ops without a golden in tests/golden/ops: {missing}"
+    assert not missing, f"ops without a golden in tests/golden/ops or tests/golden/passes: {missing}"
 
 
 def test_every_alias_is_spelled_in_some_golden() -> None:

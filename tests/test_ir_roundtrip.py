@@ -77,3 +77,33 @@ def test_models_folder_is_covered() -> None:
     """The glob finds the shipped models (a safeguard against a wrong pattern)."""
     shipped = [p for p, _ in CASES if p.is_relative_to(ROOT / "models")]
     assert len(shipped) >= 1
+
+
+NO_LOC_IR = """// irc IR v1
+graph @m(B) {
+  %x = input : f32[B,8]
+    %y = linear %x {out=4} : f32[B,4] scope("y")
+  %z = relu %y : f32[B,4] loc("m.arch":7:3)
+  output o = %z
+}
+"""
+
+
+def test_nodes_without_loc_carry_their_ir_line() -> None:
+    from irc.diagnostics import Loc
+
+    graph = parse_ir(NO_LOC_IR, "dump.ir")
+    locs = {n.outputs[0]: n.loc for n in graph.nodes}
+    # the column counts from the line as written, indentation included
+    assert locs == {"x": Loc("dump.ir", 3, 3), "y": Loc("dump.ir", 4, 5), "z": Loc("m.arch", 7, 3)}
+    assert graph.loc == Loc("dump.ir", 2, 7)
+
+
+def test_shape_errors_in_ir_point_into_the_ir_file() -> None:
+    from irc.diagnostics import IrcError
+
+    bad = NO_LOC_IR.replace("%y = linear %x {out=4} : f32[B,4]", "%y = matmul %x, %x")
+    with pytest.raises(IrcError) as info:
+        PASSES["shape-infer"](parse_ir(bad, "dump.ir"))
+    assert str(info.value.loc) == "dump.ir:4:5"
+    assert info.value.message.startswith("'matmul': cannot show that the inner sizes 8 and B are equal")

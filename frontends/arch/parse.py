@@ -6,20 +6,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from irc.diagnostics import IrcError, Loc, register_source
+from irc.frontends.arch.syntax_errors import unexpected_character, unexpected_token
 
 _GRAMMAR = Path(__file__).with_name("arch.lark")
-
-# Lark terminal names -> what a user would call them
-_TERMINALS = {
-    "NAME": "a name", "NUMBER": "a number", "STRING": "a string", "DTYPE": "a dtype (f32, i32, ...)",
-    "LPAR": "'('", "RPAR": "')'", "LBRACE": "'{'", "RBRACE": "'}'", "LSQB": "'['", "RSQB": "']'",
-    "COMMA": "','", "EQUAL": "'='", "COLON": "':'", "SEMICOLON": "';'", "PLUS": "'+'", "MINUS": "'-'",
-    "STAR": "'*'", "SLASH": "'/'", "PERCENT": "'%'", "AT": "'@'", "__ANON_0": "'//'", "__ANON_1": "'**'",
-    "$END": "end of file",
-}
+# The builder walks the tree recursively; real models nest a few dozen levels, and a bound
+# here turns `x + x + ... (3000 terms)` into an error at its place instead of a stack overflow.
+MAX_DEPTH = 100
 
 
 @lru_cache(maxsize=1)
@@ -27,38 +22,37 @@ def parser() -> Lark:
     return Lark(_GRAMMAR.read_text(), parser="lalr", lexer="basic", propagate_positions=True, maybe_placeholders=True)
 
 
-def _describe_expected(expected: set[str]) -> str:
-    names = sorted({_TERMINALS.get(t, _keyword(t)) for t in expected})
-    if len(names) > 8:
-        names = names[:8] + ["..."]
-    return ", ".join(names)
-
-
-def _keyword(term: str) -> str:
-    p = parser()
-    for t in p.terminals:
-        if t.name == term and t.pattern.type == "str":
-            return f"'{t.pattern.value}'"
-    return term.lower()
-
-
 def parse_text(text: str, file: str) -> Tree:
     register_source(file, text)
     try:
-        return parser().parse(text)
+        tree = parser().parse(text)
     except UnexpectedToken as e:
-        tok = e.token
-        got = "end of file" if tok.type == "$END" else f"'{tok}'"
-        line = tok.line if tok.line is not None else e.line
-        col = tok.column if tok.column is not None else e.column
-        raise IrcError(f"unexpected {got}; expected {_describe_expected(e.expected)}",
-                       Loc(file, line, col)) from None
+        message, loc = unexpected_token(parser(), text, file, e.token, set(e.expected))
+        raise IrcError(message, loc) from None
     except UnexpectedCharacters as e:
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else "end of file"
-        raise IrcError(f"unexpected character {ch!r}", Loc(file, e.line, e.column)) from None
-    except UnexpectedEOF as e:
-        lines = text.splitlines() or [""]
-        raise IrcError(f"unexpected end of file; expected {_describe_expected(set(e.expected))}",
-                       Loc(file, len(lines), len(lines[-1]) + 1)) from None
-    except UnexpectedInput as e:  # pragma: no cover - other Lark errors
+        message, loc = unexpected_character(text, file, e.pos_in_stream, e.line, e.column)
+        raise IrcError(message, loc) from None
+    except UnexpectedInput as e:  # pragma: no cover - LALR with the basic lexer raises only the two above
         raise IrcError(str(e).splitlines()[0], Loc(file, e.line, e.column)) from None
+    _check_depth(tree, file)
+    return tree
+
+
+_STRUCTURE = {"start", "model_def", "block_def", "body", "const_stmt", "const_item", "input_stmt", "tensor_type",
+              "assign_stmt", "target_list", "output_stmt", "return_stmt", "use_stmt", "name_list", "param_list",
+              "param"}
+
+
+def _check_depth(tree: Tree, file: str) -> None:
+    """Refuse trees deeper than MAX_DEPTH, pointing at the start of the expression that is."""
+    stack: list[tuple[Tree, int, Tree]] = [(tree, 1, tree)]
+    while stack:
+        node, depth, anchor = stack.pop()
+        if depth > MAX_DEPTH:
+            meta = anchor.meta
+            raise IrcError(f"this nests deeper than {MAX_DEPTH} levels; give some of its parts names",
+                           Loc(file, getattr(meta, "line", 1), getattr(meta, "column", 1)))
+        for c in node.children:
+            if isinstance(c, Tree):
+                # the anchor is the outermost expression: the first node below the statements
+                stack.append((c, depth + 1, anchor if anchor.data not in _STRUCTURE else c))

@@ -14,7 +14,7 @@ from typing import Any
 
 from lark import Tree
 
-from irc.diagnostics import Loc
+from irc.diagnostics import Loc, format_number
 from irc.dims import Sym
 
 
@@ -27,10 +27,14 @@ class Tensor:
 
 @dataclass(frozen=True)
 class EnumName:
-    """A bare name that is not bound to anything: an enum choice such as ``gelu``."""
+    """A bare name that is not bound to anything: an enum choice such as ``gelu``.
+
+    ``env`` is the scope it was read in, so that an error can suggest a defined name.
+    """
 
     name: str
     loc: Loc
+    env: Env | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass
@@ -54,10 +58,24 @@ class BlockDef:
 
 @dataclass
 class Env:
-    """Lexical scope: names -> values, with a parent chain."""
+    """Lexical scope: names -> values, with a parent chain, and where each name was defined."""
 
     parent: Env | None = None
     names: dict[str, Any] = field(default_factory=dict)
+    locs: dict[str, Loc] = field(default_factory=dict)
+
+    def define(self, name: str, value: Any, loc: Loc | None) -> None:
+        self.names[name] = value
+        if loc is not None:
+            self.locs[name] = loc
+
+    def defined_at(self, name: str) -> Loc | None:
+        env: Env | None = self
+        while env is not None:
+            if name in env.names:
+                return env.locs.get(name)
+            env = env.parent
+        return None
 
     def lookup(self, name: str) -> Any:
         env: Env | None = self
@@ -109,7 +127,9 @@ def describe(v: Any) -> str:
     if isinstance(v, Sym):
         return f"the symbolic size {v}"
     if isinstance(v, (int, Fraction)):
-        return f"the number {v}"
+        return f"the number {format_number(v)}"
+    if isinstance(v, float):
+        return f"the number {v!r}"
     if isinstance(v, str):
         return f"the string \"{v}\""
     if isinstance(v, EnumName):
@@ -128,9 +148,9 @@ class BuiltinError(Exception):
 
 
 def _rational(v: Any, fn: str) -> Fraction:
-    if isinstance(v, bool) or not isinstance(v, (int, Fraction)):
+    if isinstance(v, bool) or not isinstance(v, (int, Fraction, float)):
         raise BuiltinError(f"{fn}() needs numbers, got {describe(v)}")
-    return Fraction(v)
+    return Fraction(v)  # a float (from sqrt) converts exactly
 
 
 def _round_up(x: Any, m: Any) -> int:
@@ -161,7 +181,10 @@ def call_builtin(fn: str, args: list[Any]) -> Any:
     if fn == "round":
         return round(_one(fn, args))
     if fn == "sqrt":
-        return math.sqrt(_one(fn, args))
+        x = _one(fn, args)
+        if x < 0:
+            raise BuiltinError(f"sqrt() needs a number that is not negative, got {format_number(x)}")
+        return math.sqrt(x)
     if fn == "round_up":
         if len(args) != 2:
             raise BuiltinError(f"round_up() takes 2 arguments (x, multiple), got {len(args)}")

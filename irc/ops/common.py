@@ -41,14 +41,20 @@ def broadcast(a: TensorType, b: TensorType, op: str) -> TensorType:
             out.append(db)
         else:
             raise ShapeError(f"cannot broadcast {a} with {b}: sizes {da} and {db} differ")
-    dtype = a.dtype if a.dtype == b.dtype else _promote(a.dtype, b.dtype, op, a, b)
+    dtype = a.dtype if a.dtype == b.dtype else promote(a.dtype, b.dtype, op, a, b)
     return TensorType(dtype, tuple(out[::-1]))
 
 
-def _promote(x: str, y: str, op: str, a: TensorType, b: TensorType) -> str:
-    floats = [d for d in (x, y) if d.startswith(("f", "bf"))]
-    if len(floats) == 2:
-        return "f32" if "f32" in (x, y) else floats[0]
+# floating-point widths in PyTorch's promotion lattice (torch.promote_types)
+_FLOAT_RANK = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+
+
+def promote(x: str, y: str, op: str, a: TensorType, b: TensorType) -> str:
+    """PyTorch's rule for two float dtypes: the wider one; f16 with bf16 meets at f32."""
+    if x in _FLOAT_RANK and y in _FLOAT_RANK:
+        if _FLOAT_RANK[x] == _FLOAT_RANK[y]:
+            return "f32"  # f16 and bf16: neither holds the other
+        return x if _FLOAT_RANK[x] > _FLOAT_RANK[y] else y
     raise ShapeError(f"mixes dtypes {x} and {y}: {a} and {b}")
 
 

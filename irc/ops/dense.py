@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from irc.ops.common import broadcast, need_float, need_rank, same_dim
+from irc.ops.common import broadcast, need_float, need_rank, promote
 from irc.ops.registry import Attr, OpDef, ShapeError, register
 from irc.types import TensorType
 
@@ -34,9 +34,22 @@ def _matmul_infer(a, ts):
     x, y = ts
     need_rank(x, 2, "a left operand")
     need_rank(y, 2, "a right operand")
-    same_dim(x.shape[-1], y.shape[-2], f"contracts {x.shape[-1]} with {y.shape[-2]}: {x} @ {y}")
-    batch = broadcast(x.with_shape(x.shape[:-2]), y.with_shape(y.shape[:-2]), "matmul")
-    return [TensorType(batch.dtype, batch.shape + (x.shape[-2], y.shape[-1]))]
+    k1, k2 = x.shape[-1], y.shape[-2]
+    if k1 != k2:
+        if isinstance(k1, int) and isinstance(k2, int):
+            raise ShapeError(f"inner sizes differ ({k1} and {k2}): {x} @ {y}")
+        raise ShapeError(f"cannot show that the inner sizes {k1} and {k2} are equal: {x} @ {y}")
+    bx, by = x.shape[:-2], y.shape[:-2]
+    try:
+        batch = broadcast(TensorType(x.dtype, bx), TensorType(x.dtype, by), "matmul").shape
+    except ShapeError:
+        raise ShapeError(f"batch dimensions {_dims(bx)} and {_dims(by)} do not broadcast") from None
+    dtype = x.dtype if x.dtype == y.dtype else promote(x.dtype, y.dtype, "matmul", x, y)
+    return [TensorType(dtype, batch + (x.shape[-2], y.shape[-1]))]
+
+
+def _dims(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 register(OpDef("matmul", ("a", "b"), (), _matmul_infer, doc="batched matrix product with broadcasting"))
@@ -91,8 +104,3 @@ register(OpDef(
     _ffn_infer, _swiglu_params,
     doc="(silu(x·W_gateᵀ) ⊙ x·W_upᵀ)·W_downᵀ — three matrices",
 ))
-
-
-def _check_not_int(x: TensorType) -> None:
-    if not x.is_float:
-        raise ShapeError(f"expects floating-point input, got {x}")

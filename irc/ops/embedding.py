@@ -27,7 +27,7 @@ def _unembed_infer(a, ts):
     need_float(x)
     if a["tied"] is not None and a["tied_dim"] is not None and a["tied_dim"] != x.shape[-1]:
         raise ShapeError(
-            f"is tied to '{a['tied']}' whose rows have {a['tied_dim']} features, but the input has {x.shape[-1]}"
+            f"tied to '{a['tied']}', whose rows have {a['tied_dim']} features, but the input has {x.shape[-1]}"
         )
     return [x.with_shape(x.shape[:-1] + (a["vocab"],))]
 

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from irc.diagnostics import raise_site
-from irc.dims import Dim, Sym
+from irc.diagnostics import did_you_mean, format_number, raise_site
+from irc.dims import Dim, Sym, never_positive
 from irc.types import TensorType
+
+# integer attributes stay in int64 range, like every size
+MAX_INT = 2**62
 
 
 class ShapeError(Exception):
@@ -36,13 +39,18 @@ class AttrError(Exception):
 _REQUIRED = object()
 
 
+class Quoted(str):
+    """A string the user wrote in quotes, as opposed to a bare name such as ``gelu``."""
+
+
 @dataclass(frozen=True)
 class Attr:
     name: str
-    kind: str  # see _check_kind
+    kind: str  # see check_attr
     default: Any = _REQUIRED
     choices: tuple[str, ...] = ()
     doc: str = ""
+    most: int | None = None  # an upper bound for integer kinds (split's parts)
 
     @property
     def required(self) -> bool:
@@ -96,6 +104,11 @@ OPS: dict[str, OpDef] = {}
 _ALIASES: dict[str, str] = {}
 
 
+def op_names() -> set[str]:
+    """Every name a layer can be called by: op names and their aliases."""
+    return (set(OPS) | set(_ALIASES)) - {"input"}
+
+
 def register(op: OpDef) -> OpDef:
     OPS[op.name] = op
     for alias in op.aliases:
@@ -124,20 +137,37 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
+    """An attribute value as the user wrote it: ``1.5``, ``true``, ``none``, ``the string "four"``."""
+    if value is None:
+        return "none"
     if isinstance(value, bool):
-        return f"bool {str(value).lower()}"
-    if isinstance(value, Fraction):
-        return f"rational {value}"
-    if isinstance(value, (int, float)):
-        return f"number {value}"
+        return str(value).lower()
+    if isinstance(value, (int, Fraction)):
+        return format_number(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, Quoted):
+        return f'the string "{value}"'
     if isinstance(value, str):
-        return f"name '{value}'"
+        return f"'{value}'"
     if isinstance(value, list):
-        return "a list"
+        return "[" + ", ".join(describe_value(v) for v in value) + "]"
     if isinstance(value, Sym):
-        return f"symbolic dimension {value}"
+        return f"the symbolic size {value}"
     return type(value).__name__
+
+
+def _values_of(d: Sym) -> str:
+    return "value of " + " and ".join(sorted(d.symbols()))
+
+
+def _bounded(where: str, attr: Attr, iv: int) -> int:
+    if abs(iv) >= MAX_INT:
+        raise AttrError(f"{where} must be below 2**62, got {iv}")
+    if attr.most is not None and iv > attr.most:
+        raise AttrError(f"{where} must be at most {attr.most:,}, got {iv:,}")
+    return iv
 
 
 def check_attr(op: str, attr: Attr, value: Any) -> Any:
@@ -149,37 +179,42 @@ def check_attr(op: str, attr: Attr, value: Any) -> Any:
     if kind in ("int", "posint", "nonneg"):
         iv = _as_int(value)
         if iv is None:
-            raise AttrError(f"{where} must be an integer, got {_describe(value)}")
+            raise AttrError(f"{where} must be an integer, got {describe_value(value)}")
         if kind == "posint" and iv <= 0:
             raise AttrError(f"{where} must be positive, got {iv}")
         if kind == "nonneg" and iv < 0:
             raise AttrError(f"{where} must be non-negative, got {iv}")
-        return iv
+        return _bounded(where, attr, iv)
     if kind == "dim":  # a positive size that may be symbolic
         if isinstance(value, Sym):
+            if never_positive(value):
+                raise AttrError(f"{where} must be a positive size, got {describe_value(value)}, "
+                                f"which is below 1 for every {_values_of(value)}")
             return value
         iv = _as_int(value)
         if iv is None or iv <= 0:
-            raise AttrError(f"{where} must be a positive size, got {_describe(value)}")
-        return iv
+            raise AttrError(f"{where} must be a positive size, got {describe_value(value)}")
+        return _bounded(where, attr, iv)
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
-            raise AttrError(f"{where} must be a number, got {_describe(value)}")
+            raise AttrError(f"{where} must be a number, got {describe_value(value)}")
         return float(value)
     if kind == "bool":
         if not isinstance(value, bool):
-            raise AttrError(f"{where} must be true or false, got {_describe(value)}")
+            raise AttrError(f"{where} must be true or false, got {describe_value(value)}")
         return value
     if kind == "enum":
         if not isinstance(value, str) or value not in attr.choices:
-            raise AttrError(f"{where} must be one of {', '.join(attr.choices)}; got {_describe(value)}")
-        return value
+            raise AttrError(f"{where} must be one of {', '.join(attr.choices)}; got {describe_value(value)}"
+                            + (did_you_mean(value, attr.choices) if isinstance(value, str) else ""))
+        return str(value)
     if kind in ("int_or_enum", "pair_or_enum"):
         if isinstance(value, str):
             if value not in attr.choices:
                 choices = ", ".join(attr.choices)
-                raise AttrError(f"{where} must be an integer or one of {choices}; got {_describe(value)}")
-            return value
+                raise AttrError(f"{where} must be an integer or one of {choices}; got {describe_value(value)}"
+                                + did_you_mean(value, attr.choices))
+            return str(value)
         return check_attr(op, Attr(attr.name, "pair_nonneg" if kind == "pair_or_enum" else "nonneg"), value)
     if kind in ("pair", "pair_nonneg"):
         base = "posint" if kind == "pair" else "nonneg"
@@ -190,35 +225,38 @@ def check_attr(op: str, attr: Attr, value: Any) -> Any:
         return check_attr(op, Attr(attr.name, base), value)
     if kind == "ints":
         if not isinstance(value, list):
-            raise AttrError(f"{where} must be a list of integers, got {_describe(value)}")
+            raise AttrError(f"{where} must be a list of integers, got {describe_value(value)}")
         out = []
         for v in value:
             iv = _as_int(v)
             if iv is None:
-                raise AttrError(f"{where} must be a list of integers, got an element {_describe(v)}")
-            out.append(iv)
+                raise AttrError(f"{where} must be a list of integers, but it holds {describe_value(v)}")
+            out.append(_bounded(where, Attr(attr.name, "int"), iv))
         return out
-    if kind == "int_or_ints":
-        return check_attr(op, Attr(attr.name, "ints"), value) if isinstance(value, list) else check_attr(
-            op, Attr(attr.name, "posint"), value
-        )
+    if kind == "int_or_ints":  # a list is as long as its source text: only a count needs the bound
+        if isinstance(value, list):
+            return check_attr(op, Attr(attr.name, "ints"), value)
+        return check_attr(op, Attr(attr.name, "posint", most=attr.most), value)
     if kind == "dims":  # a shape: ints, -1 or symbols
         if not isinstance(value, list):
-            raise AttrError(f"{where} must be a list of sizes, got {_describe(value)}")
+            raise AttrError(f"{where} must be a list of sizes, got {describe_value(value)}")
         out = []
         for v in value:
             if isinstance(v, Sym):
+                if never_positive(v):
+                    raise AttrError(f"{where} must hold positive sizes or -1, but it holds {describe_value(v)}, "
+                                    f"which is below 1 for every {_values_of(v)}")
                 out.append(v)
                 continue
             iv = _as_int(v)
             if iv is None or (iv <= 0 and iv != -1):
-                raise AttrError(f"{where} must hold positive sizes or -1, got {_describe(v)}")
-            out.append(iv)
+                raise AttrError(f"{where} must hold positive sizes or -1, but it holds {describe_value(v)}")
+            out.append(_bounded(where, Attr(attr.name, "int"), iv))
         return out
     if kind == "ref":  # the name of a layer instance whose weights are reused
         if not isinstance(value, str):
-            raise AttrError(f"{where} must name a layer instance, got {_describe(value)}")
-        return value
+            raise AttrError(f"{where} must name a layer instance, got {describe_value(value)}")
+        return str(value)
     raise AssertionError(f"unknown attribute kind {kind}")
 
 
@@ -226,8 +264,9 @@ def normalize_attrs(opdef: OpDef, given: dict[str, Any]) -> dict[str, Any]:
     """Check ``given`` against the schema and fill defaults, in declaration order."""
     for name in given:
         if opdef.attr(name) is None:
-            known = ", ".join(a.name for a in opdef.attrs) or "none"
-            raise AttrError(f"'{opdef.name}' has no attribute '{name}' (it takes: {known})")
+            names = [a.name for a in opdef.attrs if a.name != "tied_dim"]
+            hint = did_you_mean(name, names) or f" (it takes: {', '.join(names) or 'none'})"
+            raise AttrError(f"'{opdef.name}' has no attribute '{name}'{hint}")
     out: dict[str, Any] = {}
     for a in opdef.attrs:
         if a.name in given:

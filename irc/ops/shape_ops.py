@@ -26,7 +26,8 @@ def _reshape(a, ts):
     shape: list[Dim] = list(a["shape"])
     total = prod(x.shape)
     if shape.count(-1) > 1:
-        raise ShapeError("reshape takes at most one -1")
+        count = {2: "two", 3: "three"}.get(shape.count(-1), str(shape.count(-1)))
+        raise ShapeError(f"the shape {_fmt(shape)} has {count} -1 entries; at most one is allowed")
     known = prod([d for d in shape if d != -1])
     if -1 in shape:
         rest = dim_floordiv(total, known)
@@ -60,6 +61,8 @@ register(OpDef("transpose", ("x",), (Attr("perm", "ints"),), _transpose, aliases
 
 
 def _concat(a, ts):
+    if not ts:
+        raise ShapeError("needs at least one tensor to join")
     first = ts[0]
     ax = norm_axis(a["axis"], first.rank)
     total: Dim = 0
@@ -101,7 +104,10 @@ def _split_results(a) -> tuple[str, ...]:
     return tuple(f"part{i}" for i in range(n))
 
 
-register(OpDef("split", ("x",), (Attr("parts", "int_or_ints"), Attr("axis", "int", -1)), _split,
+MAX_SPLIT = 4096  # results are named one by one; a typo such as split(x, 10**9) must not hang
+
+
+register(OpDef("split", ("x",), (Attr("parts", "int_or_ints", most=MAX_SPLIT), Attr("axis", "int", -1)), _split,
                results=_split_results, doc="split into equal parts or given sizes"))
 
 
@@ -127,6 +133,8 @@ def _slice(a, ts):
     if not isinstance(size, int):
         if end is None or start < 0 or end < 0:
             raise ShapeError(f"slicing symbolic axis {size} needs explicit non-negative start and end")
+        if end <= start:
+            raise ShapeError(f"slice [{start}:{end}] of axis {a['axis']} (size {size}) is empty")
         return [x.with_shape(x.shape[:ax] + (end - start,) + x.shape[ax + 1:])]
     s, e, _ = slice(start, end).indices(size)
     if e <= s:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from irc.diagnostics import IrcError
+from irc.diagnostics import IrcError, did_you_mean
 from irc.dims import Sym, subs
 from irc.graph import Graph
 
@@ -10,8 +10,9 @@ from irc.graph import Graph
 def bind_symbols(graph: Graph, bindings: dict[str, int]) -> Graph:
     unknown = sorted(set(bindings) - set(graph.symbols))
     if unknown:
-        raise IrcError(f"-D {unknown[0]}: graph '{graph.name}' has no symbol '{unknown[0]}' "
-                       f"(symbols: {', '.join(graph.symbols) or 'none'})")
+        name = unknown[0]
+        raise IrcError(f"-D {name}: graph '{graph.name}' has no symbol '{name}'{did_you_mean(name, graph.symbols)} "
+                       f"(symbols: {', '.join(graph.symbols) or 'none'})", graph.loc)
     out = graph.copy()
     out.bindings.update(bindings)
     for node in out.nodes:
