@@ -38,6 +38,11 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _warnings(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-W", dest="warnings", action="append", default=[], metavar="CODE|error=CODE|no-CODE",
+                   help="control architecture lints: no-W103 silences, error=W103 promotes, no-all (docs/lints.md)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="an .arch model (or an .ir dump)")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
@@ -71,6 +76,20 @@ def _why_unwritable(target: Path, e: OSError) -> str:
     return os_error_words(e)
 
 
+def emit_lints(graph, flags: list[str], context: int | None = None) -> bool:
+    """Print the architecture lints to stderr; True when one was promoted to an error.
+
+    A model the analysis cannot size (a symbol with no sensible default) gets no lints here:
+    compiling it is still fine, and ``irc lint -D ...`` says what it needs.
+    """
+    from irc.lint.cli import print_lints
+
+    try:
+        return bool(print_lints(graph, flags, sys.stderr, context))
+    except IrcError:
+        return False
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from irc.pipeline import DEFAULT_PASSES, load_graph, parse_defines, run_passes
     from irc.printer import print_graph
@@ -78,6 +97,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     bindings = parse_defines(args.defines)
     passes = [p.strip() for p in args.passes.split(",") if p.strip()] if args.passes else []
     graph = load_graph(args.file, bindings, args.model)
+    if emit_lints(graph, args.warnings):
+        return 1
     if args.print_ir_after_all or args.print_ir_after_change:
         for name in DEFAULT_PASSES:
             sys.stderr.write(f"// ----- IR after {name} -----\n" + print_graph(graph, not args.no_loc))
@@ -129,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-ir-after-change", action="store_true", help="dump only after passes that changed it")
     p.add_argument("--no-loc", action="store_true", help="leave source locations out of the IR")
     p.add_argument("-o", "--output", help="write here instead of stdout")
+    _warnings(p)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("analyze", help="parameters, FLOPs, memory, KV cache, receptive field",
@@ -140,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--act-dtype", default="f32", choices=["f32", "bf16", "f16"], help="activation dtype")
     p.add_argument("--context", type=int, help="context length for KV cache and attention figures")
     p.add_argument("-o", "--output", help="write here instead of stdout")
+    _warnings(p)
     p.set_defaults(func=_lazy("irc.analysis.cli", "cmd_analyze"))
 
     p = sub.add_parser("run", help="execute a model on random or given inputs",
@@ -159,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lint", help="warn about architectures that will not train well",
                        description="Architecture lints from the chapter's cheat sheet.")
     _common(p)
-    p.add_argument("-W", dest="warnings", action="append", default=[], metavar="CODE|error=CODE|no-CODE")
+    _warnings(p)
     p.set_defaults(func=_lazy("irc.lint.cli", "cmd_lint"))
     return parser
 

@@ -18,6 +18,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     given = parse_defines(args.defines)
     options = Options(args.dtype, args.kv_dtype, args.act_dtype, args.context)
     graph, bindings = load_for_analysis(args.file, given, args.model, args.context)
+    from irc.cli import emit_lints
+
+    if emit_lints(graph, args.warnings, args.context):
+        return 1
     analysis = analyze_graph(graph, bindings, options)
     if args.json:
         from irc.analysis.report_json import analysis_to_json

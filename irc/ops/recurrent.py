@@ -51,7 +51,8 @@ register(OpDef(
 ))
 register(OpDef(
     "lstm", ("x",),
-    (Attr("hidden", "dim"), Attr("bias", "bool", True)),
+    (Attr("hidden", "dim"), Attr("bias", "bool", True),
+     Attr("forget_bias", "float", 1.0, doc="initial forget-gate bias b_f (the chapter: 1.0-2.0)")),
     _infer("lstm"), _params("lstm"), results=("seq", "h", "c"),
     doc="LSTM with gates i, f, g, o; results: the sequence, final h and final c",
 ))

@@ -6,7 +6,8 @@
   the layer feeds a ReLU (directly or through batchnorm, dropout, identity or a residual
   add), else Xavier uniform, Var = 2/(fan_in + fan_out). An FFN with act=relu takes He for
   its first matrix: the ReLU rule wins.
-- Biases 0, except the LSTM forget gate's (rows h..2h): 1.0, so sigmoid(b_f) starts at 0.73.
+- Biases 0, except the LSTM forget gate's (rows h..2h): its forget_bias attribute (default 1.0,
+  so sigmoid(b_f) starts at 0.73).
 - Norms: gain 1, bias 0. BatchNorm buffers: running_mean 0, running_var 1.
 
 Each key draws from its own stream, seeded by (seed, crc32(key)): a weight's initial value
@@ -81,7 +82,7 @@ def _init_one(node: Node, name: str, shape: tuple[int, ...], rng: np.random.Gene
     if op == "lstm" and name == "bias":
         h = shape[0] // 4
         b = np.zeros(shape)
-        b[h:2 * h] = 1.0  # gates i, f, g, o: the forget gate
+        b[h:2 * h] = node.attrs.get("forget_bias", 1.0)  # gates i, f, g, o: the forget gate
         return b
     if op == "ffn" and name == "w1" and node.attrs.get("act") == "relu":
         return _he(rng, shape)
