@@ -21,9 +21,10 @@ EPILOG = """\
 examples:
   irc compile models/gpt2_small.arch                 print the typed IR
   irc compile models/gpt2_small.arch -D T=1024 --emit json -o gpt2.json
-  irc compile models/llama_7b.arch --print-ir-after-all --passes shape-infer
+  irc compile models/llama2_7b.arch -D T=16 --passes fuse --print-ir-after-all
   irc analyze models/resnet18.arch                   parameters, FLOPs, memory, receptive field
   irc run models/gpt2_small.arch -D T=64 --backend cpu --check
+  irc lint models/vgg16.arch                         warnings from the chapter's cheat sheet
 
 -D NAME=VALUE binds a symbolic dimension from the model header (model gpt2(B, T)) or
 overrides a model-level constant (-D layers=2 for a quick run). Files ending in .ir
