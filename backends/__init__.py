@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from irc.diagnostics import IrcError
+from irc.diagnostics import IrcError, did_you_mean
 from irc.graph import Graph
 
 
@@ -68,7 +68,10 @@ def _import(module: str, what: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise IrcError(f"the {what} backend is not available: {e}") from None
+        missing = e.name if isinstance(e, ModuleNotFoundError) and e.name else None
+        why = (f"it needs the Python package '{missing.split('.')[0]}', which is not installed"
+               if missing and not missing.startswith("irc.") else str(e))
+        raise IrcError(f"the {what} backend is not available: {why}") from None
 
 
 BACKENDS: dict[str, Backend] = {
@@ -87,7 +90,7 @@ _EMITTERS: dict[str, tuple[str, str]] = {
 def get_backend(name: str) -> Backend:
     backend = BACKENDS.get(name)
     if backend is None:
-        raise IrcError(f"unknown backend '{name}' (known: {', '.join(BACKENDS)})")
+        raise IrcError(f"unknown backend '{name}' (known: {', '.join(BACKENDS)}){did_you_mean(name, BACKENDS)}")
     return backend
 
 

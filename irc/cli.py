@@ -58,6 +58,11 @@ def write_output(path: str | None, text: str) -> None:
         return
     target = Path(path)
     try:
+        if target.exists() and not target.is_file() and not target.is_dir():
+            # a device or a pipe (-o /dev/null): write through it; replacing it would destroy it
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(text)
+            return
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -196,6 +196,8 @@ def read_source(path: Path, file: str, kind: str, used_at: Loc | None = None, hi
     """
     if path.is_dir():
         raise IrcError(f"'{file}' is a folder, not {kind}", used_at)
+    if path.exists() and not path.is_file():  # a device or a pipe could be read forever
+        raise IrcError(f"'{file}' is not a regular file, so it cannot be {kind}", used_at)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

@@ -12,6 +12,7 @@ from typing import Any
 
 from irc.diagnostics import IrcError, Loc, did_you_mean, register_source, where
 from irc.dim_parse import DimSyntaxError, parse_dim
+from irc.dims import never_positive
 from irc.graph import Graph, Node
 from irc.ops import AttrError, get_op, normalize_attrs
 from irc.ops.registry import op_names
@@ -232,6 +233,7 @@ class _Reader:
             bad = next((k for k in attrs if f"'{k}'" in str(e)), None)
             raise IrcError(str(e), attr_locs.get(bad, op_loc) if bad else op_loc, origin=e.origin) from None
         types: list[TensorType] = []
+        type_loc = line.loc()
         if line.accept(":"):
             if line.accept("("):
                 types.append(self.type(line))
@@ -240,6 +242,12 @@ class _Reader:
                 line.next(text=")")
             else:
                 types.append(self.type(line))
+        if op == "input":  # an input's type is its only definition: it must be there and sized
+            if len(types) != 1:
+                raise IrcError(f"input %{outputs[0]} needs one type, as in ': f32[B,T]'", type_loc)
+            for d in types[0].shape:
+                if never_positive(d):
+                    raise IrcError(f"input %{outputs[0]} has the size {d}, which is never positive", type_loc)
         scope, weights, loc = "", None, None
         explicit_weights = False
         while not line.done():

@@ -29,7 +29,7 @@ def format_attr(value: Any) -> str:
     if isinstance(value, Sym):
         return f'sym("{value}")'
     if isinstance(value, str):
-        return value if value.isidentifier() else '"' + value + '"'
+        return value if value.isidentifier() else _quote(value)
     if isinstance(value, list):
         return "[" + ", ".join(format_attr(v) for v in value) + "]"
     raise TypeError(f"cannot print attribute value {value!r}")

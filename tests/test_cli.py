@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
 import tomllib
@@ -229,3 +231,21 @@ def test_real_process_never_prints_a_traceback() -> None:
         assert "Traceback" not in proc.stderr, name
         assert proc.stderr.strip(), name
         assert proc.stdout == ""
+
+
+def test_output_to_a_pipe_writes_through_it(tmp_path: Path, irc_cli) -> None:
+    """-o onto a device or a pipe writes into it; replacing it with a file would destroy it."""
+    import threading
+
+    small = tmp_path / "m.arch"
+    small.write_text("model m(B) { input x: f32[B, 4]\n output y = relu(x) }\n", encoding="utf-8")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")))
+    reader.start()
+    r = irc_cli(["compile", str(small), "-o", str(fifo)])
+    reader.join(timeout=30)
+    assert r.rc == 0, r.err
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert received and "relu" in received[0]

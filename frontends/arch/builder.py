@@ -18,7 +18,18 @@ from typing import Any
 
 from lark import Token, Tree
 
-from irc.diagnostics import SOURCES, IrcError, Loc, UsageError, did_you_mean, plural, read_source, suggest, where
+from irc.diagnostics import (
+    SOURCES,
+    IrcError,
+    Loc,
+    UsageError,
+    did_you_mean,
+    os_error_words,
+    plural,
+    read_source,
+    suggest,
+    where,
+)
 from irc.dims import Sym, never_positive
 from irc.frontends.arch.arith import OP_TEXT, arith, checked, out_of_range
 from irc.frontends.arch.limits import literal_fits
@@ -107,7 +118,7 @@ class Builder:
             if item.data == "use_stmt":
                 target = item.children[0]
                 rel = str(target)[1:-1]
-                use_path, use_display = self._resolve_use(path, rel)
+                use_path, use_display = self._resolve_use(path, rel, _loc(name, target))
                 other = self.load_file(use_path, use_loc=_loc(name, target), display=use_display, use_rel=rel)
                 for n, value in other.env.names.items():
                     if n not in env.names:
@@ -147,15 +158,21 @@ class Builder:
         return f"; did you mean '{rel[:len(rel) - len(path.name)]}{close}'?" if close else ""
 
     @staticmethod
-    def _resolve_use(path: Path, rel: str) -> tuple[Path, str]:
+    def _resolve_use(path: Path, rel: str, at: Loc) -> tuple[Path, str]:
         """A path next to the using file wins; otherwise the standard library."""
+        if "\0" in rel:
+            raise IrcError("a 'use' path cannot contain a NUL character", at)
         candidate = path.parent / rel
-        if candidate.exists():
-            return candidate, os.path.normpath(candidate)
         lib = Path(__file__).parent / "lib"
         stdlib = lib / rel
-        if stdlib.exists() and stdlib.resolve().is_relative_to(lib.resolve()):
-            return stdlib, f"<lib>/{rel}"
+        try:
+            if candidate.exists():
+                return candidate, os.path.normpath(candidate)
+            if stdlib.exists() and stdlib.resolve().is_relative_to(lib.resolve()):
+                return stdlib, f"<lib>/{rel}"
+        except OSError as e:  # a name too long for the file system, say
+            raise IrcError(f"cannot use '{rel[:60]}{'...' if len(rel) > 60 else ''}': {os_error_words(e)}",
+                           at) from None
         return candidate, os.path.normpath(candidate)
 
     def build_model(self, unit: FileUnit, model: str | None) -> Graph:

@@ -16,6 +16,7 @@ from irc.analysis.receptive import RJ, receptive_fields
 from irc.analysis.regions import relu_mlp_regions
 from irc.analysis.transformer import transformer_figures
 from irc.diagnostics import IrcError
+from irc.dims import dim_symbols
 from irc.graph import Graph
 from irc.types import DTYPE_BYTES, TensorType
 
@@ -112,7 +113,9 @@ def _check_concrete(graph: Graph) -> None:
     for node in graph.nodes:
         for t in node.types:
             if not isinstance(t.numel(), int):
-                raise IrcError(f"'{node.op}' result {t} still has a symbolic size; bind it with -D", node.loc)
+                free = sorted({s for d in t.shape for s in dim_symbols(d)})
+                raise IrcError(f"'{node.op}' result {t} still has a symbolic size; bind "
+                               f"{', '.join(free) or 'its sizes'} first (-D NAME=VALUE)", node.loc)
 
 
 def analyze_graph(graph: Graph, bindings: list[Binding], options: Options) -> Analysis:

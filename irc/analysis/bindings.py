@@ -10,15 +10,18 @@ length of token ids [B, T], of a sequence [B, T, D] or of a channels-first signa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from irc.diagnostics import IrcError
+from irc.diagnostics import SOURCES, IrcError, Loc
 from irc.dims import dim_symbols
 from irc.graph import Graph, Node
 
 DEFAULT_BATCH = 1
 DEFAULT_SEQUENCE = 1024
 DEFAULT_SPATIAL = 224
+DEFAULTS_NOTE = (f"unbound batch sizes default to {DEFAULT_BATCH}, sequence lengths to --context, the position "
+                 f"table or {DEFAULT_SEQUENCE}, image sides to {DEFAULT_SPATIAL}")
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,24 @@ def _position_table_length(graph: Graph) -> int | None:
     return min(lengths) if lengths else None
 
 
+def symbol_loc(graph: Graph, name: str) -> Loc | None:
+    """Where ``name`` is declared in the model's header (``model m(B, T)``), else the model's name."""
+    loc = graph.loc
+    text = SOURCES.get(loc.file) if loc else None
+    if loc is None or text is None:
+        return loc
+    lines = text.split("\n")
+    if not 1 <= loc.line <= len(lines):
+        return loc
+    line = lines[loc.line - 1]
+    header = re.match(r"[^(]*\(([^)]*)\)", line[loc.col - 1:])
+    if header:
+        for m in re.finditer(r"\w+", header.group(1)):
+            if m.group() == name:
+                return Loc(loc.file, loc.line, loc.col + header.start(1) + m.start())
+    return loc
+
+
 def default_bindings(graph: Graph, given: dict[str, int], context: int | None) -> list[Binding]:
     """Bindings for every symbol of ``graph``: the given ones, then defaults by role."""
     roles = symbol_roles(graph)
@@ -98,8 +119,10 @@ def default_bindings(graph: Graph, given: dict[str, int], context: int | None) -
             continue
         role = roles.get(name, "other")
         if role not in defaults:
-            where = "is not an input dimension" if name not in roles else "has no default size"
-            raise IrcError(f"symbol '{name}' of model '{graph.name}' {where}; bind it with -D {name}=VALUE")
+            why = ("sizes no input, so no default can be chosen for it" if name not in roles
+                   else "is not a batch, sequence or image size, so it has no default")
+            raise IrcError(f"symbol '{name}' {why}; bind it with -D {name}=VALUE", symbol_loc(graph, name),
+                           notes=[f"costs need every size; {DEFAULTS_NOTE}"])
         out.append(Binding(name, defaults[role], role))
     order = {name: i for i, name in enumerate(graph.symbols)}
     return sorted(out, key=lambda b: (order.get(b.name, len(order)), b.name))

@@ -47,17 +47,18 @@ def _incoming(known: RJ | None, nd: int) -> RJ:
     return known if known is not None else ((1,) * nd, (1,) * nd)
 
 
-def _merge(node: Node, ins: list[tuple[TensorType, RJ]], out: TensorType) -> RJ | None:
+def _merge(node: Node, ins: list[tuple[TensorType, RJ]], out: TensorType, names: list[str]) -> RJ | None:
     if not ins:
         return None
     spatial_out = out.shape[2:]
     r = tuple(max(rj[0][i] for _, rj in ins) for i in range(len(ins[0][1][0])))
-    full = [(t, rj) for t, rj in ins if t.shape[2:] == spatial_out]  # broadcast 1×1 maps carry no jump
-    jumps = {rj[1] for _, rj in full}
+    full = [(t, rj, n) for (t, rj), n in zip(ins, names) if t.shape[2:] == spatial_out]  # 1×1 maps carry no jump
+    jumps = {rj[1] for _, rj, _ in full}
     if len(jumps) > 1:
-        listed = ", ".join(f"j = {_fmt(rj[1])} for {t}" for t, rj in full)
-        raise IrcError(f"receptive field: branches meet at '{node.op}' with different jumps", node.loc,
-                       notes=[listed])
+        listed = "; ".join(f"'{n}' {t} has jump {_fmt(rj[1])}" for t, rj, n in full)
+        raise IrcError(f"receptive field: the branches that meet at '{node.op}' have different jumps (input pixels "
+                       "between neighbouring outputs), so no single receptive field describes the result",
+                       node.loc, notes=[listed])
     j = next(iter(jumps)) if jumps else ins[0][1][1]
     return r, j
 
@@ -94,7 +95,7 @@ def receptive_fields(graph: Graph) -> dict[str, RJ]:
             if op == "concat" and node.attrs["axis"] not in (1, -node.type.rank + 1):
                 continue
             tracked = [(types[v], out[v]) for v in node.inputs if v in out]
-            rj = _merge(node, tracked, node.type)
+            rj = _merge(node, tracked, node.type, [v for v in node.inputs if v in out])
         if rj is not None:
             out[node.outputs[0]] = rj
     return out

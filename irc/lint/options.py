@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from irc.diagnostics import UsageError
+from irc.diagnostics import UsageError, did_you_mean
 from irc.lint.registry import RULES
 
 
@@ -31,8 +31,16 @@ def resolve_code(text: str) -> str:
     for rule in RULES.values():
         if key in (rule.code, rule.code.removeprefix("IRC-"), rule.name.upper()):
             return rule.code
-    known = ", ".join(sorted(RULES))
-    raise UsageError(f"-W: unknown warning '{text}' (known: {known})")
+    names = [n for r in RULES.values() for n in (r.code, r.code.removeprefix("IRC-"), r.name)]
+    raise UsageError(f"-W: unknown warning '{text}'{did_you_mean(text.strip(), names)} ({_known()})")
+
+
+def _known() -> str:
+    """The codes, as a range when they run without a gap, and where the names are listed."""
+    codes = sorted(RULES)
+    numbers = [int(c.removeprefix("IRC-W")) for c in codes]
+    span = f"{codes[0]} to {codes[-1]}" if numbers == list(range(numbers[0], numbers[-1] + 1)) else ", ".join(codes)
+    return f"known: {span}, or a rule's name such as '{RULES[codes[0]].name}'; docs/lints.md lists them"
 
 
 def parse_flags(flags: list[str] | None) -> Policy:

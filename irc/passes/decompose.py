@@ -24,6 +24,13 @@ _ACT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def _value_name(text: str) -> str:
+    """A valid IR value name from a weight key: scopes read from IR text may hold any character."""
+    parts = ["".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in p) for p in text.split(".")]
+    name = ".".join(p for p in parts if p) or "weight"
+    return name if name[0].isalpha() or name[0] == "_" else f"w_{name}"
+
+
 class _Emit:
     """Collects the nodes one layer lowers to, all at the layer's scope and location."""
 
@@ -40,7 +47,7 @@ class _Emit:
     def param(self, name: str, shape: tuple, weights: str | None = None) -> str:
         scope = weights or self.layer.weights
         return self.op("param", [], {"name": name, "shape": list(shape)},
-                       name=f"{scope}.{name}", weights=scope)
+                       name=_value_name(f"{scope}.{name}"), weights=scope)
 
     def gemm(self, x: str, w: str, b: str | None, result_of: Node | None = None) -> str:
         """A gemm; ``result_of`` makes it take over that layer's result name."""

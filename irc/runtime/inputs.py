@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from irc.diagnostics import IrcError, UsageError
+from irc.diagnostics import IrcError, UsageError, os_error_words
 from irc.graph import Graph, Node
+from irc.runtime.array_files import check_file, read_npy_file
 from irc.runtime.weights import fmt_shape
 
 INT_RANGE = 16  # integer inputs that feed no embedding draw from [0, 16)
@@ -67,10 +68,11 @@ def load_input_files(graph: Graph, specs: list[str]) -> dict[str, np.ndarray]:
             raise IrcError(f"--input {name}: '{file}' holds shape {fmt_shape(arr.shape)}, "
                            f"but the model expects {fmt_shape(shape)}")
         if node.types[0].is_float and arr.dtype.kind != "f":
-            raise IrcError(f"--input {name}: '{file}' holds {arr.dtype}, but the model expects {node.types[0].dtype}")
+            raise IrcError(f"--input {name}: '{file}' holds {arr.dtype} values, but input '{name}' is "
+                           f"{node.types[0].dtype} (floats)")
         if not node.types[0].is_float and arr.dtype.kind not in "iu":
-            raise IrcError(f"--input {name}: '{file}' holds {arr.dtype}, but the model expects integer ids "
-                           f"({node.types[0].dtype})")
+            raise IrcError(f"--input {name}: '{file}' holds {arr.dtype} values, but input '{name}' is "
+                           f"{node.types[0].dtype}: it expects integer ids")
         bound = token_bound(graph, node)
         if bound is not None and arr.size and (arr.min() < 0 or arr.max() >= bound):
             bad = arr.min() if arr.min() < 0 else arr.max()
@@ -80,12 +82,8 @@ def load_input_files(graph: Graph, specs: list[str]) -> dict[str, np.ndarray]:
 
 
 def _read_npy(path: Path) -> np.ndarray:
-    if not path.is_file():
-        raise IrcError(f"no such input file: '{path}'")
+    check_file(path, "input file")
     try:
-        arr = np.load(path, allow_pickle=False)
-    except Exception as e:  # pickles, truncated files, other formats
-        raise IrcError(f"'{path}' is not a readable .npy array (irc never unpickles): {e}") from None
-    if not isinstance(arr, np.ndarray):
-        raise IrcError(f"'{path}' is an archive of several arrays; --input takes one .npy array")
-    return arr
+        return read_npy_file(path)
+    except OSError as e:  # permissions, I/O errors
+        raise IrcError(f"cannot read '{path}': {os_error_words(e)}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from fractions import Fraction
 
 from irc.graph import Graph
 from irc.runtime.weights import expected_weights
@@ -15,10 +16,10 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb"
 
 def parse_size(text: str) -> int:
     """'8G', '512MiB', '1.5GB', '1000000' -> bytes (K/M/G alone are binary)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    m = re.fullmatch(r"\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"'{text}' is not a size (examples: 8G, 512MiB, 2000000000)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])  # exact: no float overflow on long numbers
 
 
 def fmt_bytes(n: float) -> str:

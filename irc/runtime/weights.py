@@ -2,7 +2,8 @@
 
 A weight's key is ``<node.weights>.<param name>`` (``decoder.3.attention.wq``), exactly the
 keys of :func:`irc.analysis.params.weight_table` (parameters and buffers). Files are
-``.npz`` (read with ``allow_pickle=False``: loading never unpickles) or ``.safetensors``.
+``.npz`` or ``.safetensors``, read by irc.runtime.array_files and safetensors_files: loading
+never unpickles, and a damaged file is named with what is wrong.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 import difflib
 import os
 import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from irc.analysis.params import node_params, weight_table
-from irc.diagnostics import IrcError
+from irc.diagnostics import IrcError, os_error_words
 from irc.graph import Graph, Node
+from irc.runtime.array_files import check_file, read_npz
+from irc.runtime.safetensors_files import read_safetensors
 from irc.types import TensorType
 
 WEIGHT_DTYPE = np.dtype(np.float32)
@@ -89,45 +91,30 @@ def _near(key: str, candidates: list[str], cutoff: float = 0.6) -> str | None:
 def load_weights(path: str | Path) -> dict[str, np.ndarray]:
     """Read an ``.npz`` or ``.safetensors`` file into ``{key: array}``; never unpickles."""
     path = Path(path)
-    if not path.is_file():
-        raise IrcError(f"no such weights file: '{path}'")
+    check_file(path, "weights file")
     kind = _kind(path)
     try:
-        if kind == "npz":
-            return _load_npz(path)
-        from safetensors.numpy import load_file
+        return read_npz(path) if kind == "npz" else read_safetensors(path)
+    except OSError as e:  # permissions, I/O errors
+        raise IrcError(f"cannot read '{path}': {os_error_words(e)}") from None
 
-        return dict(load_file(str(path)))
-    except IrcError:
-        raise
-    except ImportError:
-        raise IrcError("reading .safetensors needs the 'safetensors' package (pip install safetensors)") from None
-    except Exception as e:  # zip, npy-header and safetensors errors all mean "not a weights file"
-        raise IrcError(f"'{path}' is not a readable {kind} weights file "
-                       f"(truncated or another format?): {type(e).__name__}: {e}") from None
+
+# other suffixes people reach for, and what to do instead
+_SUFFIX_HINTS = {
+    ".npy": "; an .npy holds one array: save every weight into one .npz with numpy.savez",
+    ".pt": "; PyTorch checkpoints hold pickles, which irc never loads: convert with safetensors.torch.save_file",
+    ".pth": "; PyTorch checkpoints hold pickles, which irc never loads: convert with safetensors.torch.save_file",
+    ".bin": "; PyTorch checkpoints hold pickles, which irc never loads: convert with safetensors.torch.save_file",
+    ".ckpt": "; PyTorch checkpoints hold pickles, which irc never loads: convert with safetensors.torch.save_file",
+    ".h5": "; irc does not read HDF5: save the weights as .npz or .safetensors",
+}
 
 
 def _kind(path: Path) -> str:
-    if path.suffix == ".npz":
-        return "npz"
-    if path.suffix == ".safetensors":
-        return "safetensors"
-    raise IrcError(f"weights file '{path}' must end in .npz or .safetensors")
-
-
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    if not zipfile.is_zipfile(path):
-        raise IrcError(f"'{path}' is not an .npz archive (a pickle, a truncated file or another format); "
-                       "irc never unpickles weights")
-    out: dict[str, np.ndarray] = {}
-    with np.load(path, allow_pickle=False) as archive:
-        for key in archive.files:
-            try:
-                arr = archive[key]
-            except ValueError as e:  # object arrays need pickle: refused
-                raise IrcError(f"'{path}': entry '{key}' cannot be read without unpickling ({e})") from None
-            out[key] = arr
-    return out
+    suffix = path.suffix.lower()
+    if suffix in (".npz", ".safetensors"):
+        return suffix[1:]
+    raise IrcError(f"weights file '{path}' must end in .npz or .safetensors{_SUFFIX_HINTS.get(suffix, '')}")
 
 
 def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:

@@ -17,8 +17,11 @@ def _ir(text: str, origin: str) -> Case:
     return Case.single(text, f"regression:{origin}", kind="ir")
 
 
-# Open findings: each has an entry in fuzz/known.py and a strict-xfail test.
-REGRESSIONS: dict[str, Case] = {
+# Open findings: each has an entry in fuzz/known.py; test_open_findings_still_fail checks it reproduces.
+REGRESSIONS: dict[str, Case] = {}
+
+# Findings the fuzzer made that irc now handles: plain tests keep them handled.
+FIXED: dict[str, Case] = {
     "use-path-with-nul": _arch('use "a\x00b.arch"\n' + _model("  output y = x"), "use-path-with-nul"),
     "use-path-too-long": _arch(f'use "{"x" * 300}.arch"\n' + _model("  output y = x"), "use-path-too-long"),
     "use-device-file": _arch('use "/dev/zero"\n' + _model("  output y = x"), "use-device-file"),
@@ -30,10 +33,6 @@ REGRESSIONS: dict[str, Case] = {
     "ir-string-attr-unescaped": _ir('graph @m(B) {\n  %x = input : f32[B,4]\n'
                                     '  %y = unembed %x {vocab=10, tied="a\\"b"} : f32[B,10]\n  output y = %y\n}\n',
                                     "ir-string-attr-unescaped"),
-}
-
-# Findings the fuzzer made that irc now handles: plain tests keep them handled.
-FIXED: dict[str, Case] = {
     "render-quotes-wrong-line": _arch(_model("  # a form feed \x0c in a comment\n  output y = linear(x, 0)"),
                                       "render-quotes-wrong-line"),
     "ir-line-after-form-feed": _ir("graph @m(B) {\n  %x = input : f32[B,4]\x0c\n  %y = bogus %x\n  output y = %x\n}\n",

@@ -1,0 +1,202 @@
+"""Error paths the golden cases in tests/golden/errors cannot stage from a command line.
+
+Each STAGED case raises one user-facing error through the Python API, sometimes with the
+environment changed (a package that is not installed), and states the exact text irc
+prints for it. tests/test_diagnostics.py counts their origins toward the catalogue, so
+every ``raise`` of a user-facing error has a case here or there.
+
+Also here: the fixture files the run_* golden cases read are exactly what
+tests/golden/errors/inc/make_fixtures.py builds.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from irc.diagnostics import IrcError, UsageError, render
+
+INC = Path(__file__).resolve().parent / "golden" / "errors" / "inc"
+UNBOUND = "model m(B, D) {\n  input x: f32[B, D]\n  output y = linear(x, 3)\n}\n"
+BOUND = "model m() {\n  input x: f32[2, 4]\n  output y = linear(x, 3)\n}\n"
+
+
+def _text(err: IrcError | UsageError) -> str:
+    """What ``irc`` prints for ``err`` (irc.cli.main)."""
+    return render(err) if isinstance(err, IrcError) else f"irc: error: {err}"
+
+
+def _graph(text: str, bindings: dict[str, int] | None = None):
+    from irc.runtime.graphs import graph_from_source
+
+    return graph_from_source(text, bindings)
+
+
+def _no_numba(mp: pytest.MonkeyPatch) -> None:
+    """``import irc.backends.cpu`` fails as it does where Numba is not installed."""
+    real = importlib.import_module
+
+    def import_module(name: str, package: str | None = None):
+        if name == "irc.backends.cpu":
+            raise ModuleNotFoundError("No module named 'numba'", name="numba")
+        return real(name, package)
+
+    mp.setattr(importlib, "import_module", import_module)
+
+
+def _backend_without_numba(mp: pytest.MonkeyPatch) -> None:
+    from irc.backends import get_backend
+
+    graph = _graph(BOUND)
+    _no_numba(mp)
+    get_backend("cpu").compile(graph)
+
+
+def _safetensors_not_installed(mp: pytest.MonkeyPatch) -> None:
+    from irc.runtime.weights import load_weights
+
+    mp.setitem(sys.modules, "safetensors.numpy", None)  # import fails as if not installed
+    load_weights(INC / "w_good.safetensors")
+
+
+def _denied(name: str):
+    def fake_open(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", name)
+    return fake_open
+
+
+def _weights_unreadable(mp: pytest.MonkeyPatch) -> None:
+    """A file the user may not read (staged: tests run as root, where chmod does not stop a read)."""
+    from irc.runtime import safetensors_files
+    from irc.runtime.weights import load_weights
+
+    mp.chdir(INC)
+    mp.setattr(safetensors_files, "open", _denied("w_good.safetensors"), raising=False)
+    load_weights("w_good.safetensors")
+
+
+def _input_unreadable(mp: pytest.MonkeyPatch) -> None:
+    from irc.runtime import array_files
+    from irc.runtime.inputs import load_input_files
+
+    graph = _graph(BOUND)
+    mp.chdir(INC)
+    mp.setattr(array_files, "open", _denied("x_good.npy"), raising=False)
+    load_input_files(graph, ["x=x_good.npy"])
+
+
+def _random_inputs_unbound(mp: pytest.MonkeyPatch) -> None:
+    from irc.runtime.inputs import random_inputs
+
+    random_inputs(_graph(UNBOUND, {"D": 4}), seed=0)
+
+
+def _init_weights_unbound(mp: pytest.MonkeyPatch) -> None:
+    from irc.runtime.init import init_weights
+
+    init_weights(_graph(UNBOUND, {"B": 2}), seed=0)
+
+
+def _analyze_unbound(mp: pytest.MonkeyPatch) -> None:
+    from irc.analysis.analyze import Options, analyze_graph
+
+    analyze_graph(_graph(UNBOUND, {"D": 4}), [], Options())
+
+
+def _emit_unknown_kind(mp: pytest.MonkeyPatch) -> None:
+    from irc.backends import emit_source
+
+    emit_source(_graph(BOUND), "verilog")
+
+
+@dataclass(frozen=True)
+class Staged:
+    name: str
+    stage: Callable[[pytest.MonkeyPatch], None]  # raises the error
+    text: str  # exactly what irc prints
+
+
+STAGED = [
+    Staged("backend_without_numba", _backend_without_numba,
+           "irc: error: the cpu (Numba) backend is not available: it needs the Python package 'numba', "
+           "which is not installed"),
+    Staged("safetensors_not_installed", _safetensors_not_installed,
+           "irc: error: reading .safetensors needs the 'safetensors' package (pip install safetensors)"),
+    Staged("weights_unreadable", _weights_unreadable,
+           "irc: error: cannot read 'w_good.safetensors': permission denied"),
+    Staged("input_unreadable", _input_unreadable, "irc: error: cannot read 'x_good.npy': permission denied"),
+    Staged("random_inputs_unbound", _random_inputs_unbound,
+           "<input>:2:9: error: input 'x' has symbolic shape f32[B,4]; bind B with -D\n"
+           "     2 |   input x: f32[B, D]\n"
+           "       |         ^"),
+    Staged("init_weights_unbound", _init_weights_unbound,
+           "irc: error: weight 'y.weight' has symbolic shape [3, D]; bind D with -D"),
+    Staged("analyze_unbound", _analyze_unbound,
+           "<input>:2:9: error: 'input' result f32[B,4] still has a symbolic size; bind B first (-D NAME=VALUE)\n"
+           "     2 |   input x: f32[B, D]\n"
+           "       |         ^"),
+    Staged("emit_unknown_kind", _emit_unknown_kind, "irc: error: cannot emit 'verilog' (known: numba, cuda)"),
+]
+
+
+def raise_staged(case: Staged) -> IrcError | UsageError:
+    with pytest.MonkeyPatch.context() as mp:
+        try:
+            case.stage(mp)
+        except (IrcError, UsageError) as e:
+            return e
+    raise AssertionError(f"staged case {case.name} raised no error")
+
+
+def staged_origins() -> set[str]:
+    """``path:line`` of the raise each staged case reaches (for the catalogue in test_diagnostics)."""
+    return {raise_staged(case).origin for case in STAGED}
+
+
+@pytest.mark.parametrize("case", STAGED, ids=lambda c: c.name)
+def test_staged_error_text(case: Staged) -> None:
+    assert _text(raise_staged(case)) == case.text
+
+
+def test_missing_backend_package_through_the_cli(tmp_path: Path, irc_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "m.arch").write_text(BOUND)
+    _no_numba(monkeypatch)
+    result = irc_cli(["run", "m.arch", "--backend", "cpu"], cwd=tmp_path)
+    assert (result.rc, result.out) == (1, "")
+    assert result.err == STAGED[0].text + "\n"
+
+
+def _fixture_builder():
+    spec = importlib.util.spec_from_file_location("make_fixtures", INC / "make_fixtures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build
+
+
+def test_fixture_files_are_what_the_script_makes() -> None:
+    built = _fixture_builder()()
+    on_disk = {p.name for p in INC.iterdir() if p.suffix in (".npz", ".npy", ".safetensors")}
+    assert on_disk == set(built), "rerun tests/golden/errors/inc/make_fixtures.py"
+    stale = sorted(name for name, data in built.items() if (INC / name).read_bytes() != data)
+    assert not stale, f"rerun tests/golden/errors/inc/make_fixtures.py: {stale}"
+
+
+def test_fixtures_hold_what_their_names_say() -> None:
+    """The good parts of the fixtures read back, with NumPy's own reader, as the values written."""
+    import numpy as np
+
+    weights = np.load(INC / "w_extra.npz")
+    assert sorted(weights.files) == ["y.bias", "y.scale", "y.weight"]
+    np.testing.assert_array_equal(weights["y.weight"], np.arange(12, dtype=np.float32).reshape(3, 4) / 10)
+    assert weights["y.weight"].dtype == np.float32
+    assert np.load(INC / "w_dtype.npz")["y.weight"].dtype == np.float64
+    assert np.load(INC / "x_good.npy").shape == (2, 3, 4)
+    assert np.load(INC / "ids_range.npy").max() == 12  # past the vocabulary of 10
