@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a model with the NumPy reference or a generated backend.")
     _common(p)
     p.add_argument("--backend", default="numpy", help="numpy, cpu or cuda (default numpy)")
+    p.add_argument("--passes", help="comma-separated passes to run before the backend (cpu default: fuse)")
+    p.add_argument("--no-fuse", action="store_true", help="run the graph as written on the cpu backend")
     p.add_argument("--weights", help="an .npz or .safetensors file keyed by scope path")
     p.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy")
     p.add_argument("--seed", type=int, default=0)

@@ -26,6 +26,7 @@ from irc.graph import Graph
 from irc.printer import print_graph
 
 HEADER_PREFIX = "# irc-cache "
+HEADER_LINES = 1  # the header is one line: the body's line n is the file's line n + 1
 
 
 def default_cache_dir() -> Path:

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 import numpy as np
 
-from irc.backends.cpu.cache import cache_key, entry_lock, entry_path, prepare_dir, read_entry, write_entry
-from irc.backends.cpu.emit import BACKEND_VERSION, emit_source
+from irc.backends.cpu.cache import (
+    HEADER_LINES,
+    cache_key,
+    entry_lock,
+    entry_path,
+    prepare_dir,
+    read_entry,
+    write_entry,
+)
+from irc.backends.cpu.emit import BACKEND_VERSION, emit_module
+from irc.backends.cpu.kernel_library import KernelLibrary, kernel_texts
 from irc.backends.cpu.loader import LoadStats, Progress, load
+from irc.backends.cpu.threads import configured_threads, single_pool
 from irc.diagnostics import IrcError
 from irc.graph import Graph
 
@@ -19,57 +30,92 @@ INT_DTYPES = ("i64", "i32", "i8", "int8")
 
 
 class CompiledGraph:
-    """A graph's generated module, imported and compiled: ``run(weights, inputs)``."""
+    """A graph's generated module, imported and compiled: ``run(weights, inputs)``.
 
-    def __init__(self, module: ModuleType, path: Path, key: str, source: str, stats: LoadStats, rebuilt: bool):
+    Weights the graph derives (merged Q/K/V and gate/up matrices) are computed on the first
+    run with a weights dict and kept while the same arrays are passed again (by identity:
+    after changing a weight array in place, call :meth:`forget_weights`).
+    """
+
+    def __init__(self, module: ModuleType, path: Path, key: str, source: str, stats: LoadStats, rebuilt: bool,
+                 graph: Graph | None = None, steps: dict[int, int] | None = None):
         self.module = module
         self.path = path
         self.key = key
         self.source = source
         self.stats = stats
         self.rebuilt = rebuilt  # the cached source was missing or invalid and was written
-        self.profile: dict[str, float] | None = None  # set to {} to collect seconds per kernel
+        self.graph = graph
+        self.steps = steps or {}  # driver line -> node index, for the profile
+        self.profile: dict[str, float] | None = None  # set to {} to collect seconds per op
+        self.node_profile: dict[int, float] | None = None  # seconds per node index, with profile
+        self._prepared: tuple[tuple[int, ...], list[Any], dict[str, np.ndarray]] | None = None
 
     @property
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
         return dict(self.module.WEIGHTS)
 
+    def forget_weights(self) -> None:
+        """Drop the converted and derived weights kept from the last run."""
+        self._prepared = None
+
     def run(self, weights: dict[str, Any], inputs: dict[str, Any]) -> dict[str, np.ndarray]:
-        w = self._weights(weights)
+        w = self._prepare(weights)
         x = self._inputs(inputs)
         try:
-            if self.profile is not None:
-                return self._run_profiled(w, x, self.profile)
-            return self.module.run(w, x)
+            with single_pool(configured_threads()):
+                if self.profile is not None:
+                    return self._run_profiled(w, x, self.profile)
+                return self.module.run(w, x)
         except self.module.InputError as e:
             raise IrcError(str(e)) from None
 
+    def _prepare(self, weights: dict[str, Any]) -> dict[str, np.ndarray]:
+        """float32 C-contiguous weights plus the derived ones, reused while the arrays are the same."""
+        keys = [k for k, _ in self.module.WEIGHTS]
+        given = [weights.get(k) for k in keys]
+        ident = tuple(id(a) for a in given)
+        if self._prepared is not None and self._prepared[0] == ident:
+            return self._prepared[2]
+        w = self._weights(weights)
+        if self.module.DERIVED:
+            with single_pool():
+                w.update(self.module.derive(w))
+        self._prepared = (ident, given, w)  # holding ``given`` keeps the ids from being recycled
+        return w
+
     def _run_profiled(self, w: dict, x: dict, profile: dict[str, float]) -> dict[str, np.ndarray]:
-        """Run with every kernel wrapped in a timer; the rest is the driver's NumPy work."""
-        names = [name for name, _ in self.module.SIGNATURES]
-        originals = {name: getattr(self.module, name) for name in names}
+        """Run with a line tracer on the driver: the time between two of its lines goes to the
+        node that wrote the first (kernels are compiled code, so only driver lines are traced)."""
+        code = self.module.run.__code__
+        steps = self.steps
+        per_node: dict[int, float] = {}
+        state = {"node": -1, "t": time.perf_counter()}
 
-        def timed(name: str, fn: Any) -> Any:
-            def call(*args: Any, **kwargs: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    profile[name] = profile.get(name, 0.0) + time.perf_counter() - start
-            return call
+        def local(frame: FrameType, event: str, arg: Any) -> Any:
+            now = time.perf_counter()
+            node = state["node"]
+            per_node[node] = per_node.get(node, 0.0) + now - state["t"]
+            state["node"] = steps.get(frame.f_lineno, -1) if event == "line" else -1
+            state["t"] = time.perf_counter()
+            return local
 
-        start = time.perf_counter()
-        before = sum(profile.get(name, 0.0) for name in names)
+        def glob(frame: FrameType, event: str, arg: Any) -> Any:
+            return local if frame.f_code is code else None
+
+        old = sys.gettrace()
+        sys.settrace(glob)
         try:
-            for name, fn in originals.items():
-                setattr(self.module, name, timed(name, fn))
             return self.module.run(w, x)
         finally:
-            for name, fn in originals.items():
-                setattr(self.module, name, fn)
-            in_kernels = sum(profile.get(name, 0.0) for name in names) - before
-            driver = "driver (NumPy shape ops, allocation)"
-            profile[driver] = profile.get(driver, 0.0) + time.perf_counter() - start - in_kernels
+            sys.settrace(old)
+            now = time.perf_counter()
+            per_node[state["node"]] = per_node.get(state["node"], 0.0) + now - state["t"]
+            nodes = self.graph.nodes if self.graph is not None else []
+            self.node_profile = per_node
+            for i, sec in per_node.items():
+                op = nodes[i].op if 0 <= i < len(nodes) else "driver"  # setup and return lines
+                profile[op] = profile.get(op, 0.0) + sec
 
     def _weights(self, weights: dict[str, Any]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
@@ -117,13 +163,15 @@ def compile_graph(graph: Graph, cache_dir: str | Path | None = None,
     """
     from irc.backends.cpu.cache import default_cache_dir
 
-    source = emit_source(graph)
+    source, steps, parts = emit_module(graph)
     key = cache_key(graph, BACKEND_VERSION)
     directory = prepare_dir(Path(cache_dir) if cache_dir is not None else default_cache_dir())
     path = entry_path(directory, key)
+    library = KernelLibrary(directory, kernel_texts(parts))
     with entry_lock(directory, key):
         rebuilt = read_entry(path, key) != source  # missing, corrupted or not what we would write
         if rebuilt:
             write_entry(path, key, source)
-        module, stats = load(path, key, progress)
-    return CompiledGraph(module, path, key, source, stats, rebuilt)
+        module, stats = load(path, key, progress, library)
+    steps = {line + HEADER_LINES: node for line, node in steps.items()}  # the file starts with the cache header
+    return CompiledGraph(module, path, key, source, stats, rebuilt, graph, steps)

@@ -14,6 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from irc.backends.cpu.kernel_library import KernelLibrary
 
 Progress = Callable[[int, int, str], None]  # (kernels done, kernels in all, what now)
 
@@ -38,18 +42,59 @@ def import_module(path: Path, key: str) -> ModuleType:
     return module
 
 
-def _compile_all(module: ModuleType, progress: Progress | None, stats: LoadStats) -> None:
+def _compile_kernel(fn: Any, sig: str) -> bool:
+    """Compile (or load from Numba's cache) one signature; True when it came from a cache."""
+    before = len(fn.overloads)
+    fn.compile(sig)
+    if len(fn.overloads) == before:  # compiled earlier in this process (a kernel shared by graphs)
+        return True
+    return bool(sum(fn.stats.cache_hits.values()))
+
+
+def _compile_all(module: ModuleType, progress: Progress | None, stats: LoadStats,
+                 library: KernelLibrary | None = None) -> None:
+    """Compile every kernel; with a library, the module runs the shared copy of each kernel,
+    compiled by a child process when the cache lacks it (see ``compile_elsewhere``)."""
     sigs = module.SIGNATURES
     stats.kernels = len(sigs)
+    if library is not None:
+        missing = [(name, sig) for name, sig in sigs if not library.cached(name)]
+        if missing:
+            order = {name: i for i, (name, _) in enumerate(missing)}
+
+            def done(name: str) -> None:
+                if progress is not None and name in order and order[name] + 1 < len(missing):
+                    progress(order[name] + 1, len(sigs), missing[order[name] + 1][0])
+            if progress is not None:
+                progress(0, len(sigs), missing[0][0])
+            if library.compile_elsewhere(missing, done):
+                stats.compiled = len(missing)  # by the child; any it left are counted below
     for i, (name, sig) in enumerate(sigs):
-        if progress is not None:
+        if progress is not None and library is None:
             progress(i, len(sigs), name)
-        fn = getattr(module, name)
-        fn.compile(sig)
+        if library is None:
+            fn = getattr(module, name)
+            hit = _compile_kernel(fn, sig)
+        else:
+            try:
+                fn = library.kernel(name)
+                hit = _compile_kernel(fn, sig)
+            except Exception:
+                # a truncated or corrupted Numba cache file raises from pickle or the index
+                # reader: clear this kernel's files and compile again (a real error recurs)
+                library.forget(name)
+                stats.retried = True
+                library.compile_elsewhere([(name, sig)])
+                fn = library.kernel(name)
+                hit = _compile_kernel(fn, sig)
+            setattr(module, name, fn)
         fn.disable_compile()
-        hits = sum(fn.stats.cache_hits.values())
-        stats.cache_hits += 1 if hits else 0
-        stats.compiled += 0 if hits else 1
+        if library is None or not hit:
+            stats.cache_hits += 1 if hit else 0
+            stats.compiled += 0 if hit else 1
+    if library is not None:
+        stats.compiled = min(stats.compiled, stats.kernels)
+        stats.cache_hits = stats.kernels - stats.compiled
     if progress is not None:
         progress(len(sigs), len(sigs), "done")
 
@@ -62,11 +107,16 @@ def numba_cache_files(path: Path) -> list[Path]:
     return sorted(p for p in pycache.iterdir() if p.name.startswith(path.stem + ".") and p.suffix in (".nbi", ".nbc"))
 
 
-def load(path: Path, key: str, progress: Progress | None = None) -> tuple[ModuleType, LoadStats]:
+def load(path: Path, key: str, progress: Progress | None = None,
+         library: KernelLibrary | None = None) -> tuple[ModuleType, LoadStats]:
     """Import and compile; if Numba's cache for this module is unreadable, clear it and retry once."""
     start = time.perf_counter()
     stats = LoadStats()
     module = import_module(path, key)
+    if library is not None:
+        _compile_all(module, progress, stats, library)
+        stats.seconds = time.perf_counter() - start
+        return module, stats
     try:
         _compile_all(module, progress, stats)
     except Exception:

@@ -22,17 +22,27 @@ NUMBA_TYPES: dict[str, str] = {
 F32, F64, I64, A1, A2, A3, A4, I1, I2 = NUMBA_TYPES  # the names, for renderers to list
 
 
-def jit(parallel: bool = False) -> str:
+# Reassociation lets LLVM vectorise float reductions (sums, sums of squares, softmax
+# denominators); without it each row's sum is one serial chain of dependent adds. No
+# ``nnan``/``ninf``: masked scores are -inf on purpose and must stay so.
+FASTMATH = '{"reassoc", "contract", "nsz", "arcp"}'
+
+
+def jit(parallel: bool = True, fastmath: bool = False) -> str:
     """The decorator line of a kernel.
 
-    ``error_model="numpy"`` makes float division by zero give inf/nan instead of raising.
-    ``parallel`` is off unless a kernel asks for it: on a 2-core machine numba's worker
-    threads and OpenBLAS's spinning threads (the matmuls) slow each other down badly, and
-    ``parallel=True`` also makes a kernel's compile several times slower. Templates still
-    write ``prange`` where a loop is safe to split, so turning it on is a one-word change.
+    ``error_model="numpy"`` makes float division by zero give inf/nan instead of raising
+    (and lets divisions vectorise). Kernels are ``parallel`` by default: while a graph runs,
+    Numba's pool owns the cores and BLAS is single-threaded (:mod:`..threads`), so ``prange``
+    loops and the per-block BLAS calls inside them never compete with another pool.
+    ``fastmath`` allows reassociation for kernels whose inner loops are reductions.
     """
-    flags = "cache=True, parallel=True" if parallel else "cache=True"
-    return f'@njit({flags}, error_model="numpy")'
+    flags = ["cache=True"]
+    if parallel:
+        flags.append("parallel=True")
+    if fastmath:
+        flags.append(f"fastmath={FASTMATH}")
+    return f'@njit({", ".join(flags)}, error_model="numpy")'
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,10 @@ class ModuleParts:
     kernels: dict[str, Kernel] = field(default_factory=dict)  # first use first
     driver: list[str] = field(default_factory=list)  # lines of run()'s body, unindented
     helpers: dict[str, str] = field(default_factory=dict)  # plain-Python helpers (no njit)
+    devices: dict[str, str] = field(default_factory=dict)  # scalar njit functions kernels call
+    derived: dict[str, str] = field(default_factory=dict)  # derived weight key -> expression over weights
+    steps: list[int] = field(default_factory=list)  # the node index of each driver line (-1: none)
+    step: int = -1  # the node whose lines are being written
     _next_var: int = 0
 
     def kernel(self, kernel: Kernel) -> str:
@@ -77,6 +91,21 @@ class ModuleParts:
         self.helpers.setdefault(name, source)
         return name
 
+    def device(self, name: str, source: str) -> str:
+        """Register a scalar ``@njit`` function (``fexp``, ``ftanh``...) that kernels call."""
+        check_identifier(name)
+        known = self.devices.setdefault(name, source)
+        if known != source:
+            raise AssertionError(f"two different device functions named {name}")
+        return name
+
+    def derive(self, key: str, expression: str) -> str:
+        """A weight computed once per weights dict (``expression`` reads ``weights[...]``)."""
+        known = self.derived.setdefault(key, expression)
+        if known != expression:
+            raise AssertionError(f"two recipes for derived weight {key}")
+        return key
+
     def var(self) -> str:
         name = f"v{self._next_var}"
         self._next_var += 1
@@ -84,3 +113,4 @@ class ModuleParts:
 
     def line(self, text: str = "") -> None:
         self.driver.append(text)
+        self.steps.append(self.step)

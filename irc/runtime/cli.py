@@ -2,6 +2,11 @@
 
 stdout carries the results (output shapes and statistics, the check, the profile);
 stderr carries notes and progress. Exit 1 when ``--check`` finds the backend off.
+
+The cpu backend runs the fused graph: the ``fuse`` pass runs before code generation unless
+``--no-fuse`` is given, and ``--passes a,b`` runs exactly those passes instead (the cuda
+backend fuses in its own emitter). ``--check`` compares with the NumPy reference on the graph as written, so the
+passes are checked along with the kernels.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from irc.runtime.compare import nonfinite, rel_error
 from irc.runtime.memory import available_bytes, estimate_bytes, fmt_bytes, parse_size
 
 DEFAULT_TOLERANCE = 1e-4  # fp32 backend against the float64 reference, normwise
+FUSING_BACKENDS = ("cpu",)  # backends that get the fused graph by default
+TOP_NODES = 8  # the profile's list of the slowest single nodes
 PROGRESS_AFTER_S = 0.5  # a compile that takes longer than this gets a progress line
 PROGRESS_EVERY_S = 1.0  # and then at most one line this often
 
@@ -121,6 +128,20 @@ class CompileProgress:
                 self._say(f"compiled in {time.perf_counter() - self.start:.1f} s")
 
 
+def backend_passes(args: argparse.Namespace) -> list[str]:
+    """The passes to run before the backend: ``--passes``, else ``fuse`` for generated backends
+    unless ``--no-fuse``."""
+    given = getattr(args, "passes", None)
+    no_fuse = bool(getattr(args, "no_fuse", False))
+    if given is not None:
+        if no_fuse:
+            raise UsageError("--passes and --no-fuse cannot be combined (leave 'fuse' out of --passes)")
+        return [p.strip() for p in given.split(",") if p.strip()]
+    if no_fuse or args.backend not in FUSING_BACKENDS:
+        return []
+    return ["fuse"]
+
+
 def _compile(graph: Graph, backend_name: str):
     from irc.backends import get_backend
 
@@ -147,7 +168,9 @@ def summary_line(label: str, arr: np.ndarray) -> str:
     return f"  {label}  {shape}  {stats}" + (f"  ({bad}; statistics over the finite values)" if bad else "")
 
 
-def print_profile(profile: dict[str, float] | None, backend: str, total: float) -> None:
+def print_profile(profile: dict[str, float] | None, backend: str, total: float,
+                  nodes: list[tuple[str, str, float]] | None = None) -> None:
+    """Per-op time and share of the profiled run; then the slowest nodes (``%name (op)``)."""
     if not profile:
         print(f"profile: the {backend} backend reports no per-op times; the whole run took {total * 1e3:.2f} ms")
         return
@@ -158,6 +181,22 @@ def print_profile(profile: dict[str, float] | None, backend: str, total: float) 
     for op, sec in sorted(profile.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {op:<{width}}  {sec * 1e3:>10.3f}  {100 * sec / spent:>5.1f}%")
     print(f"  {'total':<{width}}  {spent * 1e3:>10.3f}  100.0%")
+    if nodes:
+        top = sorted(nodes, key=lambda n: -n[2])[:TOP_NODES]
+        label_width = max(len(f"%{name} ({op})") for name, op, _ in top)
+        print(f"slowest nodes (of {len(nodes)}):")
+        for name, op, sec in top:
+            print(f"  {f'%{name} ({op})':<{label_width}}  {sec * 1e3:>10.3f} ms  {100 * sec / spent:>5.1f}%")
+
+
+def node_times(compiled: object) -> list[tuple[str, str, float]] | None:
+    """(first result name, op, seconds) per node, when the backend timed nodes one by one."""
+    per_node = getattr(compiled, "node_profile", None)
+    timed = getattr(compiled, "graph", None)
+    if not per_node or timed is None:
+        return None
+    return [(timed.nodes[i].outputs[0], timed.nodes[i].op, sec) for i, sec in per_node.items()
+            if 0 <= i < len(timed.nodes) and timed.nodes[i].outputs]
 
 
 def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], tolerance: float) -> bool:
@@ -214,8 +253,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     given = load_input_files(graph, args.inputs)
     weights, origin = _weights(graph, args)
     inputs = random_inputs(graph, args.seed, given)
-    compiled = _compile(graph, args.backend)
+    passes = backend_passes(args)
+    if passes:
+        from irc.pipeline import run_passes
+
+        executed = run_passes(graph, passes)
+    else:
+        executed = graph
+    compiled = _compile(executed, args.backend)
     if args.profile and hasattr(compiled, "profile"):
+        compiled.run(weights, inputs)  # warm: the profile shows steady-state times, not first-touch costs
         compiled.profile = {}
     start = time.perf_counter()
     outputs = compiled.run(weights, inputs)
@@ -225,11 +272,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     drawn = [n for n in inputs if n not in given]
     print(f"model {graph.name}({binds}) on the {args.backend} backend; weights {origin}"
           + (f"; random inputs {', '.join(drawn)} (seed {args.seed})" if drawn else ""))
+    if passes:
+        print(f"passes: {', '.join(passes)} ({len(graph.nodes)} nodes -> {len(executed.nodes)})")
     for label, _ in graph.outputs:
         print(summary_line(label, np.asarray(outputs[label])))
     print(f"run: {seconds * 1e3:.2f} ms")
     if args.profile:
-        print_profile(getattr(compiled, "profile", None), args.backend, seconds)
+        print_profile(getattr(compiled, "profile", None), args.backend, seconds, node_times(compiled))
     if args.output:
         save_outputs(args.output, {label: np.asarray(outputs[label]) for label, _ in graph.outputs})
     if args.check:

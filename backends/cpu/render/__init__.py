@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from irc.backends.cpu.render import attention, conv, dense, elementwise, embedding, norm, recurrent, shape
+from irc.backends.cpu.render import (
+    attention,
+    conv,
+    dense,
+    elementwise,
+    embedding,
+    gemm,
+    norm,
+    recurrent,
+    sdpa,
+    shape,
+)
 from irc.backends.cpu.render.context import NodeCtx
 
 Renderer = Callable[[NodeCtx], None]
 
 RENDERERS: dict[str, Renderer] = {}
-for _family in (elementwise, dense, conv, norm, embedding, recurrent, attention, shape):
+for _family in (elementwise, dense, gemm, conv, norm, embedding, recurrent, attention, sdpa, shape):
     RENDERERS.update(_family.RENDERERS)
 
 __all__ = ["RENDERERS", "NodeCtx", "Renderer"]

@@ -3,15 +3,18 @@ their concrete types, its weights as dictionary lookups, and the module being bu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from irc.backends.cpu.literals import comment_text, shape_literal, str_literal
 from irc.backends.cpu.module import Kernel, ModuleParts
 from irc.diagnostics import IrcError
 from irc.graph import Node
 from irc.types import TensorType
+
+if TYPE_CHECKING:
+    from irc.backends.cpu.schedule import Schedule
 
 NP_DTYPES = {"f64": "np.float32", "f32": "np.float32", "f16": "np.float32", "bf16": "np.float32",
              "i64": "np.int64", "i32": "np.int32", "i8": "np.int8", "int8": "np.int8", "bool": "np.bool_"}
@@ -36,6 +39,9 @@ class NodeCtx:
     out_types: list[TensorType]
     params: dict[str, tuple[int, ...]]  # this node's parameters and buffers by short name
     weight_keys: dict[str, tuple[int, ...]]  # every key the module may read, with its shape
+    index: int = -1  # the node's position in the graph
+    schedule: Schedule | None = None  # where results live (buffer reuse); None: always np.empty
+    producers: dict[str, Node] = field(default_factory=dict)  # value -> the node that makes it
 
     # -- reading the node ----------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
@@ -83,11 +89,37 @@ class NodeCtx:
     def emit(self, text: str) -> None:
         self.parts.line(text)
 
-    def alloc(self, i: int = 0) -> str:
-        """Allocate result ``i`` and return its variable."""
+    def alloc(self, i: int = 0, inplace: tuple[int, ...] = ()) -> str:
+        """Give result ``i`` a buffer and return its variable: a dead buffer of its size when the
+        schedule has one, or operand ``k`` in ``inplace`` when that operand dies here (the
+        kernel must read each element before writing it), else a new ``np.empty``."""
         t = self.out_types[i]
-        self.emit(f"{self.outs[i]} = np.empty({shape_literal(self.out_shape(i))}, {np_dtype(t)})")
+        if self.schedule is None:
+            self.emit(f"{self.outs[i]} = np.empty({shape_literal(self.out_shape(i))}, {np_dtype(t)})")
+        else:
+            operands = list(zip(self.node.inputs, self.args))
+            self.schedule.alloc(self.parts, self.index, self.node.outputs[i], self.outs[i], self.out_shape(i),
+                                np_dtype(t), operands, inplace)
         return self.outs[i]
+
+    def param_key(self, i: int) -> str | None:
+        """The weight key behind operand ``i`` when a ``param`` node makes it, else None."""
+        p = self.producers.get(self.node.inputs[i])
+        if p is None or p.op != "param":
+            return None
+        return f"{p.weights}.{p.attrs['name']}"
+
+    def device(self, name: str) -> str:
+        from irc.backends.cpu.render import mathfns
+
+        return mathfns.use(self.parts, name)
+
+    def derive(self, key: str, expression: str) -> str:
+        """``weights[key]``, computed once per weights dict by ``expression``."""
+        from irc.backends.cpu.literals import str_literal
+
+        self.parts.derive(key, expression)
+        return f"weights[{str_literal(key)}]"
 
     def rows(self, var: str, shape: tuple[int, ...]) -> str:
         """``var`` viewed as [rows, last axis] (every driver value is C-contiguous)."""

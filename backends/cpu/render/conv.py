@@ -4,39 +4,58 @@ from __future__ import annotations
 
 from irc.backends.cpu.module import A1, A2, A4, I64, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.cpu.render.gemm import THREADS
 
 JIT = jit()
 
 CONV2D = """\
 {jit}
-def k_conv2d(x, w, b, out, sh, sw, ph, pw, dh, dw, groups):
+def k_conv2d(x, w, b, out, sh, sw, ph, pw, dh, dw, groups, parts):
+    # tasks are (image, group, block of output pixels): each gathers its im2col block and
+    # makes one single-threaded BLAS call [out channels, kk] x [kk, pixels]
     nb, _, hi, wi = x.shape
     co, cg, kh, kw = w.shape
     ho, wo = out.shape[2], out.shape[3]
     og = co // groups
     kk = cg * kh * kw
+    npix = ho * wo
     w2 = w.reshape(co, kk)
-    col = np.empty((kk, ho * wo), np.float32)
-    for n in range(nb):
-        for g in range(groups):
-            for r in prange(kk):  # one row of the im2col matrix: (channel, ki, kj)
-                c = g * cg + r // (kh * kw)
-                ki = (r // kw) % kh
-                kj = r % kw
-                for oi in range(ho):
-                    ii = oi * sh - ph + ki * dh
-                    for oj in range(wo):
-                        jj = oj * sw - pw + kj * dw
-                        if 0 <= ii < hi and 0 <= jj < wi:
-                            col[r, oi * wo + oj] = x[n, c, ii, jj]
-                        else:
-                            col[r, oi * wo + oj] = np.float32(0.0)
-            res = np.dot(np.ascontiguousarray(w2[g * og:(g + 1) * og]), col)
-            for o in prange(og):
-                for p in range(ho * wo):
-                    out[n, g * og + o, p // wo, p % wo] = res[o, p] + b[g * og + o]
+    out3 = out.reshape(nb, co, npix)
+    blocks = parts if nb * groups < 2 * parts else 1
+    for task in prange(nb * groups * blocks):
+        blk = task % blocks
+        g = (task // blocks) % groups
+        n = task // (blocks * groups)
+        p0 = blk * npix // blocks
+        p1 = (blk + 1) * npix // blocks
+        m = p1 - p0
+        if m == 0:
+            continue
+        col = np.empty((kk, m), np.float32)
+        for r in range(kk):  # one row of the im2col block: (channel, ki, kj)
+            c = g * cg + r // (kh * kw)
+            ki = (r // kw) % kh
+            kj = r % kw
+            oi = p0 // wo
+            oj = p0 % wo
+            for p in range(m):
+                ii = oi * sh - ph + ki * dh
+                jj = oj * sw - pw + kj * dw
+                if 0 <= ii < hi and 0 <= jj < wi:
+                    col[r, p] = x[n, c, ii, jj]
+                else:
+                    col[r, p] = np.float32(0.0)
+                oj += 1
+                if oj == wo:
+                    oj = 0
+                    oi += 1
+        res = np.dot(w2[g * og:(g + 1) * og], col)
+        for o in range(og):
+            bo = b[g * og + o]
+            for p in range(m):
+                out3[n, g * og + o, p0 + p] = res[o, p] + bo
 """
-CONV2D_KERNEL = Kernel("k_conv2d", CONV2D.format(jit=JIT), (A4, A4, A1, A4) + (I64,) * 7)
+CONV2D_KERNEL = Kernel("k_conv2d", CONV2D.format(jit=JIT), (A4, A4, A1, A4) + (I64,) * 8)
 
 
 def _pair(v, nd: int) -> tuple[int, ...]:
@@ -82,7 +101,7 @@ def render_conv(ctx: NodeCtx) -> None:
     dh, dw = _spatial(nd, dilation, 1)
     ctx.emit(f"{k}({_as_4d(ctx.args[0], ctx.in_shape(), nd)}, {w}, "
              f"{ctx.weight_or_zeros('bias', w_shape[0])}, {_as_4d(out, ctx.out_shape(), nd)}, "
-             f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={groups})")
+             f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={groups}, parts={THREADS})")
 
 
 MAXPOOL = """\

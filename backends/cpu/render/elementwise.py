@@ -6,10 +6,11 @@ from math import prod
 
 from irc.backends.cpu.literals import f32_literal, shape_literal
 from irc.backends.cpu.module import A1, A2, F32, Kernel, jit
-from irc.backends.cpu.render.activations import act_expr
+from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx, np_dtype
 
 JIT = jit()
+JIT_REDUCE = jit(fastmath=True)
 
 UNARY = """\
 {jit}
@@ -20,23 +21,23 @@ def {name}(x, out, p):
 """
 
 
-def unary_kernel(act: str) -> Kernel:
-    name = f"k_{act}"
-    return Kernel(name, UNARY.format(jit=JIT, name=name, expr=act_expr(act)), (A1, A1, F32))
+def unary_kernel(name_: str, expr: str) -> Kernel:
+    name = f"k_{name_}"
+    return Kernel(name, UNARY.format(jit=JIT, name=name, expr=expr), (A1, A1, F32))
 
 
 def render_activation(ctx: NodeCtx) -> None:
     op = ctx.node.op
-    act = op
+    name = op
     param = 0.0
     if op == "gelu" and ctx.attr("approx", "none") == "tanh":
-        act = "gelu_tanh"
+        name = "gelu_tanh"
     if op == "leaky_relu":
         param = ctx.attr("slope", 0.01)
     if not ctx.out_types[0].is_float:
         raise ctx.error(f"needs a floating-point input, got {ctx.in_types[0]}")
-    k = ctx.kernel(unary_kernel(act))
-    out = ctx.alloc()
+    k = ctx.kernel(unary_kernel(name, act(ctx.parts, name)))
+    out = ctx.alloc(inplace=(0,))
     ctx.emit(f"{k}({ctx.flat(ctx.args[0])}, {ctx.flat(out)}, {f32_literal(param)})")
 
 
@@ -48,20 +49,28 @@ def render_alias(ctx: NodeCtx) -> None:
 SOFTMAX = """\
 {jit}
 def k_softmax(x, out):
+    # per row: the maximum, then exp and its sum in one vectorised sweep, then one scaling
     n, d = x.shape
     for r in prange(n):
         m = np.float32(-np.inf)
+        nan = False
         for j in range(d):
             a = x[r, j]
-            if a > m or a != a:
-                m = a
-        if m == np.float32(-np.inf):  # every entry is -inf: a defined row of zeros
+            m = a if a > m else m
+            nan = nan or a != a
+        if nan:  # NaN in, NaN out (as the reference)
+            for j in range(d):
+                out[r, j] = np.float32(np.nan)
+        elif m == np.float32(-np.inf):  # every entry is -inf: a defined row of zeros
             for j in range(d):
                 out[r, j] = np.float32(0.0)
+        elif m == np.float32(np.inf):  # as the reference: inf / inf where +inf, 0 elsewhere
+            for j in range(d):
+                out[r, j] = np.float32(np.nan) if x[r, j] == m else np.float32(0.0)
         else:
             s = np.float32(0.0)
             for j in range(d):
-                e = np.exp(x[r, j] - m)
+                e = fexp(x[r, j] - m)
                 out[r, j] = e
                 s += e
             inv = np.float32(1.0) / s
@@ -75,17 +84,22 @@ def render_softmax(ctx: NodeCtx) -> None:
     rank = len(shape)
     axis = ctx.attr("axis", -1)
     axis = axis + rank if axis < 0 else axis
-    k = ctx.kernel(Kernel("k_softmax", SOFTMAX.format(jit=JIT), (A2, A2)))
+    ctx.device("fexp")
+    k = ctx.kernel(Kernel("k_softmax", SOFTMAX.format(jit=JIT_REDUCE), (A2, A2)))
     x, out = ctx.args[0], ctx.outs[0]
     if axis == rank - 1:
-        ctx.alloc()
+        ctx.alloc(inplace=(0,))
         ctx.emit(f"{k}({ctx.rows(x, shape)}, {ctx.rows(out, shape)})")
         return
-    # move the axis last, normalise rows, move it back
+    # move the axis last (a copy of our own), normalise rows, copy back into the result
     moved = shape[:axis] + shape[axis + 1:] + (shape[axis],)
-    ctx.emit(f"{out} = np.ascontiguousarray(np.moveaxis({x}, {axis}, -1))")
-    ctx.emit(f"{k}({ctx.rows(out, moved)}, {ctx.rows(out, moved)})")
-    ctx.emit(f"{out} = np.ascontiguousarray(np.moveaxis({out}, -1, {axis}))")
+    tmp = f"{out}_moved"
+    ctx.emit(f"{tmp} = np.empty({shape_literal(moved)}, np.float32)")
+    ctx.emit(f"np.copyto({tmp}, np.moveaxis({x}, {axis}, -1))")
+    ctx.emit(f"{k}({ctx.rows(tmp, moved)}, {ctx.rows(tmp, moved)})")
+    ctx.alloc()
+    ctx.emit(f"np.copyto({out}, np.moveaxis({tmp}, -1, {axis}))")
+    ctx.emit(f"del {tmp}")
 
 
 # -- binary arithmetic ------------------------------------------------------------------
@@ -148,19 +162,19 @@ def render_binary(ctx: NodeCtx) -> None:
     if len(ctx.args) == 1:
         form = "rscalar" if ctx.attr("reverse", False) and op in ("sub", "div") else "scalar"
         k = ctx.kernel(_binary_kernel(op, form))
-        ctx.alloc()
+        ctx.alloc(inplace=(0,))
         ctx.emit(f"{k}({ctx.flat(a)}, {f32_literal(ctx.attr('scalar'))}, {ctx.flat(out)})")
         return
     b = ctx.args[1]
     sa, sb = ctx.in_shape(0), ctx.in_shape(1)
     if sa == out_shape and sb == out_shape:
         k = ctx.kernel(_binary_kernel(op, "flat"))
-        ctx.alloc()
+        ctx.alloc(inplace=(0, 1))
         ctx.emit(f"{k}({ctx.flat(a)}, {ctx.flat(b)}, {ctx.flat(out)})")
     elif sa == out_shape and _is_suffix(sb, out_shape):
         d = prod(sb)
         k = ctx.kernel(_binary_kernel(op, "rows"))
-        ctx.alloc()
+        ctx.alloc(inplace=(0,))
         ctx.emit(f"{k}({a}.reshape(-1, {d}), {ctx.flat(b)}, {out}.reshape(-1, {d}))")
     elif sb == out_shape and _is_suffix(sa, out_shape):
         d = prod(sa)

@@ -1,7 +1,9 @@
-"""LayerNorm and RMSNorm over rows, BatchNorm (inference) per channel.
+"""LayerNorm and RMSNorm over rows, residual add + norm in one pass, BatchNorm (inference).
 
-Sums are float32 accumulators on purpose (the reference computes in float32); the variance
-takes a second pass over the row, so a constant row gives exactly zero.
+One sweep over a row gathers the sum and the sum of squares (of the row shifted by its first
+element, so a large mean does not cancel the variance away, and a constant row gives exactly
+zero variance); a second loop over the same row, still in L1, writes the result. Rows run
+in parallel and reductions vectorise (``fastmath`` reassociation only).
 """
 
 from __future__ import annotations
@@ -12,22 +14,24 @@ from irc.backends.cpu.literals import f32_literal
 from irc.backends.cpu.module import A1, A2, A3, F32, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
 
-JIT = jit()
+JIT = jit(fastmath=True)
 
 LAYERNORM = """\
 {jit}
 def k_layernorm(x, g, b, out, eps):
     n, d = x.shape
     for r in prange(n):
+        k0 = x[r, 0]
         s = np.float32(0.0)
-        for j in range(d):
-            s += x[r, j]
-        mean = s / np.float32(d)
         q = np.float32(0.0)
         for j in range(d):
-            t = x[r, j] - mean
+            t = x[r, j] - k0
+            s += t
             q += t * t
-        inv = np.float32(1.0) / np.sqrt(q / np.float32(d) + eps)
+        ms = s / np.float32(d)
+        var = max(q / np.float32(d) - ms * ms, np.float32(0.0))
+        mean = k0 + ms
+        inv = np.float32(1.0) / np.sqrt(var + eps)
         for j in range(d):
             out[r, j] = (x[r, j] - mean) * inv * g[j] + b[j]
 """
@@ -43,6 +47,45 @@ def k_rmsnorm(x, g, out, eps):
         inv = np.float32(1.0) / np.sqrt(q / np.float32(d) + eps)
         for j in range(d):
             out[r, j] = x[r, j] * inv * g[j]
+"""
+
+ADD_LAYERNORM = """\
+{jit}
+def k_add_layernorm(x, res, g, b, total, out, eps):
+    # total = x + res and out = layernorm(total): x and res are read once, in one sweep
+    n, d = x.shape
+    for r in prange(n):
+        k0 = x[r, 0] + res[r, 0]
+        s = np.float32(0.0)
+        q = np.float32(0.0)
+        for j in range(d):
+            a = x[r, j] + res[r, j]
+            total[r, j] = a
+            t = a - k0
+            s += t
+            q += t * t
+        ms = s / np.float32(d)
+        var = max(q / np.float32(d) - ms * ms, np.float32(0.0))
+        mean = k0 + ms
+        inv = np.float32(1.0) / np.sqrt(var + eps)
+        for j in range(d):
+            out[r, j] = (total[r, j] - mean) * inv * g[j] + b[j]
+"""
+
+ADD_RMSNORM = """\
+{jit}
+def k_add_rmsnorm(x, res, g, total, out, eps):
+    # total = x + res and out = rmsnorm(total) in one sweep over x and res
+    n, d = x.shape
+    for r in prange(n):
+        q = np.float32(0.0)
+        for j in range(d):
+            a = x[r, j] + res[r, j]
+            total[r, j] = a
+            q += a * a
+        inv = np.float32(1.0) / np.sqrt(q / np.float32(d) + eps)
+        for j in range(d):
+            out[r, j] = total[r, j] * inv * g[j]
 """
 
 BATCHNORM = """\
@@ -72,7 +115,7 @@ def render_layernorm(ctx: NodeCtx) -> None:
     k = ctx.kernel(Kernel("k_layernorm", LAYERNORM.format(jit=JIT), (A2, A1, A1, A2, F32)))
     g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(d)
     b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
-    out = ctx.alloc()
+    out = ctx.alloc(inplace=(0,))
     ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {g}, {b}, {ctx.rows(out, shape)}, {f32_literal(ctx.attr('eps'))})")
 
 
@@ -80,8 +123,26 @@ def render_rmsnorm(ctx: NodeCtx) -> None:
     shape = ctx.in_shape()
     k = ctx.kernel(Kernel("k_rmsnorm", RMSNORM.format(jit=JIT), (A2, A1, A2, F32)))
     g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(shape[-1])
-    out = ctx.alloc()
+    out = ctx.alloc(inplace=(0,))
     ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {g}, {ctx.rows(out, shape)}, {f32_literal(ctx.attr('eps'))})")
+
+
+def render_add_norm(ctx: NodeCtx) -> None:
+    """(x + r, norm(x + r)): the sum may take x's buffer and the norm r's when they die here."""
+    shape = ctx.out_shape(0)
+    d = shape[-1]
+    eps = f32_literal(ctx.attr("eps"))
+    x, r = ctx.rows(ctx.args[0], shape), ctx.rows(ctx.args[1], shape)
+    g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(d)
+    total = ctx.rows(ctx.alloc(0, inplace=(0,)), shape)
+    out = ctx.rows(ctx.alloc(1, inplace=(1,)), shape)
+    if ctx.attr("kind", "layernorm") == "layernorm":
+        k = ctx.kernel(Kernel("k_add_layernorm", ADD_LAYERNORM.format(jit=JIT), (A2, A2, A1, A1, A2, A2, F32)))
+        b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
+        ctx.emit(f"{k}({x}, {r}, {g}, {b}, {total}, {out}, {eps})")
+    else:
+        k = ctx.kernel(Kernel("k_add_rmsnorm", ADD_RMSNORM.format(jit=JIT), (A2, A2, A1, A2, A2, F32)))
+        ctx.emit(f"{k}({x}, {r}, {g}, {total}, {out}, {eps})")
 
 
 def render_batchnorm(ctx: NodeCtx) -> None:
@@ -90,7 +151,7 @@ def render_batchnorm(ctx: NodeCtx) -> None:
     axis = axis + len(shape) if axis < 0 else axis
     view = f"({prod(shape[:axis])}, {shape[axis]}, {prod(shape[axis + 1:])})"
     k = ctx.kernel(Kernel("k_batchnorm", BATCHNORM.format(jit=JIT), (A3, A1, A1, A1, A1, A3, F32)))
-    out = ctx.alloc()
+    out = ctx.alloc(inplace=(0,))
     ctx.emit(f"{k}({ctx.args[0]}.reshape{view}, {ctx.weight('gain')}, {ctx.weight('bias')}, "
              f"{ctx.weight('running_mean')}, {ctx.weight('running_var')}, {out}.reshape{view}, "
              f"{f32_literal(ctx.attr('eps'))})")
@@ -100,4 +161,5 @@ RENDERERS = {
     "layernorm": render_layernorm,
     "rmsnorm": render_rmsnorm,
     "batchnorm": render_batchnorm,
+    "add_norm": render_add_norm,
 }

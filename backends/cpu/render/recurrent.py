@@ -1,4 +1,5 @@
-"""RNN, LSTM and both GRUs: one BLAS matmul for every input step, one per time step for h.
+"""RNN, LSTM and both GRUs: one BLAS matmul for every input step, one per time step for h
+(the LSTM's input product split over threads, its recurrence on one).
 
 Gate rows follow PyTorch (LSTM i, f, g, o; GRU r, z, n). The chapter's GRU applies the
 reset gate to h before the hidden matmul; the torch variant applies it after.
@@ -6,11 +7,17 @@ reset gate to h before the hidden matmul; the torch variant applies it after.
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import A1, A2, A3, Kernel, jit
-from irc.backends.cpu.render.activations import act_expr, sigmoid
+from irc.backends.cpu.module import A1, A2, A3, I64, Kernel, jit
+from irc.backends.cpu.render.activations import act, sigmoid, tanh
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.cpu.render.gemm import THREADS
 
 JIT = jit()
+SERIAL = jit(parallel=False)  # step loops whose matmuls are whole (BLAS single-threaded meanwhile)
+
+# gate rows [4, h, ...] reordered unit by unit: row 4u + gate
+BY_UNIT = "np.ascontiguousarray({w}.reshape(4, {h}, -1).transpose(1, 0, 2).reshape({rows}, -1))"
+BY_UNIT_BIAS = "np.ascontiguousarray({w}.reshape(4, {h}).T.reshape(-1))"
 
 RNN = """\
 {jit}
@@ -33,27 +40,47 @@ def {name}(x, wih, whh, b, seq, h_last):
 
 LSTM = """\
 {jit}
-def k_lstm(x, wih, whh, b, seq, h_last, c_last):
+def k_lstm(x, wih, whh, b, seq, h_last, c_last, parts):
+    # wih, whh, b hold the gate rows unit by unit (row 4u + gate, gates i, f, g, o), so the
+    # four gates of a unit sit side by side in each product's row
     nb, nt, nd = x.shape
     nh = whh.shape[1]
-    xw = np.dot(x.reshape(nb * nt, nd), wih.T).reshape(nb, nt, 4 * nh)
+    rows = nb * nt
+    xw = np.empty((rows, 4 * nh), np.float32)
+    x2 = x.reshape(rows, nd)
+    for c in prange(parts):  # every step's input product at once, split by rows
+        r0 = c * rows // parts
+        r1 = (c + 1) * rows // parts
+        if r1 > r0:
+            o = xw[r0:r1]
+            np.dot(x2[r0:r1], wih.T, o)
+            for i in range(r1 - r0):
+                for j in range(4 * nh):
+                    o[i, j] += b[j]
+    # the recurrence stays on one thread: a step is one small product (~0.1 ms), and a
+    # parallel loop per step waits for its slowest thread every step (on a busy machine,
+    # a scheduler quantum each time)
     h = np.zeros((nb, nh), np.float32)
-    c = np.zeros((nb, nh), np.float32)
+    cell = np.zeros((nb, nh), np.float32)
+    hw = np.empty((nb, 4 * nh), np.float32)
     for t in range(nt):
-        hw = np.dot(h, whh.T)
+        np.dot(h, whh.T, hw)
         for n in range(nb):
-            for j in range(nh):
-                gi = xw[n, t, j] + hw[n, j] + b[j]
-                gf = xw[n, t, nh + j] + hw[n, nh + j] + b[nh + j]
-                gg = xw[n, t, 2 * nh + j] + hw[n, 2 * nh + j] + b[2 * nh + j]
-                go = xw[n, t, 3 * nh + j] + hw[n, 3 * nh + j] + b[3 * nh + j]
-                c[n, j] = {sig_f} * c[n, j] + {sig_i} * np.tanh(gg)
-                h[n, j] = {sig_o} * np.tanh(c[n, j])
-                seq[n, t, j] = h[n, j]
+            p = n * nt + t
+            for u in range(nh):
+                gi = xw[p, 4 * u] + hw[n, 4 * u]
+                gf = xw[p, 4 * u + 1] + hw[n, 4 * u + 1]
+                gg = xw[p, 4 * u + 2] + hw[n, 4 * u + 2]
+                go = xw[p, 4 * u + 3] + hw[n, 4 * u + 3]
+                cv = {sig_f} * cell[n, u] + {sig_i} * {tanh_g}
+                cell[n, u] = cv
+                hv = {sig_o} * {tanh_c}
+                h[n, u] = hv
+                seq[n, t, u] = hv
     for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
         for j in range(nh):
             h_last[n, j] = h[n, j]
-            c_last[n, j] = c[n, j]
+            c_last[n, j] = cell[n, j]
 """
 
 GRU_CHAPTER = """\
@@ -75,7 +102,7 @@ def k_gru_chapter(x, wih, whh_rz, whh_n, b, seq, h_last):
         hn = np.dot(rh, whh_n.T)
         for n in range(nb):
             for j in range(nh):
-                g = np.tanh(xw[n, t, 2 * nh + j] + hn[n, j] + b[2 * nh + j])
+                g = ftanh(xw[n, t, 2 * nh + j] + hn[n, j] + b[2 * nh + j])
                 h[n, j] = (np.float32(1.0) - z[n, j]) * h[n, j] + z[n, j] * g
                 seq[n, t, j] = h[n, j]
     for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
@@ -96,7 +123,7 @@ def k_gru_torch(x, wih, whh, bih, bhh, seq, h_last):
             for j in range(nh):
                 r = {sig_r}
                 z = {sig_z}
-                g = np.tanh(xw[n, t, 2 * nh + j] + bih[2 * nh + j] + r * (hw[n, 2 * nh + j] + bhh[2 * nh + j]))
+                g = ftanh(xw[n, t, 2 * nh + j] + bih[2 * nh + j] + r * (hw[n, 2 * nh + j] + bhh[2 * nh + j]))
                 h[n, j] = (np.float32(1.0) - z) * g + z * h[n, j]  # z is the keep fraction
                 seq[n, t, j] = h[n, j]
     for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
@@ -106,42 +133,56 @@ def k_gru_torch(x, wih, whh, bih, bhh, seq, h_last):
 
 
 def render_rnn(ctx: NodeCtx) -> None:
-    act = ctx.attr("act", "tanh")
-    name = f"k_rnn_{act}"
-    k = ctx.kernel(Kernel(name, RNN.format(jit=JIT, name=name, expr=act_expr(act)), (A3, A2, A2, A1, A3, A2)))
+    act_name = ctx.attr("act", "tanh")
+    name = f"k_rnn_{act_name}"
+    src = RNN.format(jit=SERIAL, name=name, expr=act(ctx.parts, act_name))
+    k = ctx.kernel(Kernel(name, src, (A3, A2, A2, A1, A3, A2)))
     seq, h = ctx.alloc(0), ctx.alloc(1)
     g = ctx.weight_shape("weight_hh")[0]
     ctx.emit(f"{k}({ctx.args[0]}, {ctx.weight('weight_ih')}, {ctx.weight('weight_hh')}, "
              f"{ctx.weight_or_zeros('bias', g)}, {seq}, {h})")
 
 
+def _by_unit(ctx: NodeCtx, name: str, nh: int) -> str:
+    rows = ctx.weight_shape(name)[0]
+    expr = BY_UNIT.format(w=ctx.weight(name), h=nh, rows=rows)
+    return ctx.derive(f"~gates_by_unit({ctx.weight_key(name)})", expr)
+
+
 def render_lstm(ctx: NodeCtx) -> None:
-    src = LSTM.format(jit=JIT, sig_i=sigmoid("gi"), sig_f=sigmoid("gf"), sig_o=sigmoid("go"))
-    k = ctx.kernel(Kernel("k_lstm", src, (A3, A2, A2, A1, A3, A2, A2)))
+    src = LSTM.format(jit=JIT, sig_i=sigmoid(ctx.parts, "gi"), sig_f=sigmoid(ctx.parts, "gf"),
+                      sig_o=sigmoid(ctx.parts, "go"), tanh_g=tanh(ctx.parts, "gg"), tanh_c=tanh(ctx.parts, "cv"))
+    k = ctx.kernel(Kernel("k_lstm", src, (A3, A2, A2, A1, A3, A2, A2, I64)))
     seq, h, c = ctx.alloc(0), ctx.alloc(1), ctx.alloc(2)
-    g = ctx.weight_shape("weight_hh")[0]
-    ctx.emit(f"{k}({ctx.args[0]}, {ctx.weight('weight_ih')}, {ctx.weight('weight_hh')}, "
-             f"{ctx.weight_or_zeros('bias', g)}, {seq}, {h}, {c})")
+    g, nh = ctx.weight_shape("weight_hh")
+    if ctx.has_weight("bias"):
+        bias = ctx.derive(f"~gates_by_unit({ctx.weight_key('bias')})",
+                          BY_UNIT_BIAS.format(w=ctx.weight("bias"), h=nh))
+    else:
+        bias = f"np.zeros({g}, np.float32)"
+    ctx.emit(f"{k}({ctx.args[0]}, {_by_unit(ctx, 'weight_ih', nh)}, {_by_unit(ctx, 'weight_hh', nh)}, "
+             f"{bias}, {seq}, {h}, {c}, {THREADS})")
 
 
 def render_gru(ctx: NodeCtx) -> None:
     g, nh = ctx.weight_shape("weight_hh")
     seq, h = ctx.alloc(0), ctx.alloc(1)
     wih, whh = ctx.weight("weight_ih"), ctx.weight("weight_hh")
+    ctx.device("ftanh")
     if ctx.attr("variant", "chapter") == "torch":
         src = GRU_TORCH.format(
-            jit=JIT,
-            sig_r=sigmoid("xw[n, t, j] + bih[j] + hw[n, j] + bhh[j]"),
-            sig_z=sigmoid("xw[n, t, nh + j] + bih[nh + j] + hw[n, nh + j] + bhh[nh + j]"),
+            jit=SERIAL,
+            sig_r=sigmoid(ctx.parts, "xw[n, t, j] + bih[j] + hw[n, j] + bhh[j]"),
+            sig_z=sigmoid(ctx.parts, "xw[n, t, nh + j] + bih[nh + j] + hw[n, nh + j] + bhh[nh + j]"),
         )
         k = ctx.kernel(Kernel("k_gru_torch", src, (A3, A2, A2, A1, A1, A3, A2)))
         ctx.emit(f"{k}({ctx.args[0]}, {wih}, {whh}, {ctx.weight_or_zeros('bias_ih', g)}, "
                  f"{ctx.weight_or_zeros('bias_hh', g)}, {seq}, {h})")
         return
     src = GRU_CHAPTER.format(
-        jit=JIT,
-        sig_r=sigmoid("xw[n, t, j] + hu[n, j] + b[j]"),
-        sig_z=sigmoid("xw[n, t, nh + j] + hu[n, nh + j] + b[nh + j]"),
+        jit=SERIAL,
+        sig_r=sigmoid(ctx.parts, "xw[n, t, j] + hu[n, j] + b[j]"),
+        sig_z=sigmoid(ctx.parts, "xw[n, t, nh + j] + hu[n, nh + j] + b[nh + j]"),
     )
     k = ctx.kernel(Kernel("k_gru_chapter", src, (A3, A2, A2, A2, A1, A3, A2)))
     # rows [0, 2h) of weight_hh are U_r, U_z; rows [2h, 3h) are U_n (C-contiguous views)

@@ -1,7 +1,8 @@
 """Ops that only move data run in the driver as NumPy views and copies.
 
-Every driver value stays C-contiguous (kernels rely on it), so ops that would give a
-strided view (transpose, select, slice, split) copy with ``np.ascontiguousarray``.
+Every driver value stays C-contiguous (kernels rely on it): reshape and flatten are views;
+transpose, select, slice and split copy into a buffer of their own (``np.copyto`` into an
+allocated result), so the schedule knows exactly which values share memory.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def render_reshape(ctx: NodeCtx) -> None:
 def render_transpose(ctx: NodeCtx) -> None:
     rank = len(ctx.in_shape())
     perm = tuple(_axis(ctx, int(p), rank) for p in ctx.attr("perm"))
-    ctx.emit(f"{ctx.outs[0]} = np.ascontiguousarray({ctx.args[0]}.transpose({shape_literal(perm)}))")
+    out = ctx.alloc()
+    ctx.emit(f"np.copyto({out}, {ctx.args[0]}.transpose({shape_literal(perm)}))")
 
 
 def render_concat(ctx: NodeCtx) -> None:
@@ -42,7 +44,8 @@ def render_split(ctx: NodeCtx) -> None:
     for i, out in enumerate(ctx.outs):
         size = ctx.out_shape(i)[axis]
         item = f"{start}:{start + size}"
-        ctx.emit(f"{out} = np.ascontiguousarray({ctx.args[0]}{_index(len(shape), axis, item)})")
+        ctx.alloc(i)
+        ctx.emit(f"np.copyto({out}, {ctx.args[0]}{_index(len(shape), axis, item)})")
         start += size
 
 
@@ -51,7 +54,8 @@ def render_select(ctx: NodeCtx) -> None:
     axis = _axis(ctx, int(ctx.attr("axis")), len(shape))
     index = int(ctx.attr("index"))
     index = index + shape[axis] if index < 0 else index
-    ctx.emit(f"{ctx.outs[0]} = np.ascontiguousarray({ctx.args[0]}{_index(len(shape), axis, str(index))})")
+    out = ctx.alloc()
+    ctx.emit(f"np.copyto({out}, {ctx.args[0]}{_index(len(shape), axis, str(index))})")
 
 
 def render_slice(ctx: NodeCtx) -> None:
@@ -59,7 +63,8 @@ def render_slice(ctx: NodeCtx) -> None:
     axis = _axis(ctx, int(ctx.attr("axis")), len(shape))
     start, stop, _ = slice(ctx.attr("start", 0), ctx.attr("end"), None).indices(shape[axis])
     item = f"{int_literal(start)}:{int_literal(stop)}"
-    ctx.emit(f"{ctx.outs[0]} = np.ascontiguousarray({ctx.args[0]}{_index(len(shape), axis, item)})")
+    out = ctx.alloc()
+    ctx.emit(f"np.copyto({out}, {ctx.args[0]}{_index(len(shape), axis, item)})")
 
 
 RENDERERS = {

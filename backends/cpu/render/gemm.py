@@ -1,0 +1,192 @@
+"""Matrix products split over Numba's threads, each block one single-threaded BLAS call
+followed by its epilogue (bias, activation, gating, scatter) while the block is in cache.
+
+Blocks are rows of the result when there are enough rows, else columns (a GEMV-like
+product of a few rows splits the weight instead). BLAS runs single-threaded meanwhile
+(:mod:`irc.backends.cpu.threads`), so exactly one pool of threads is busy.
+"""
+
+from __future__ import annotations
+
+from irc.backends.cpu.module import A1, A2, I64, Kernel, jit
+from irc.backends.cpu.render.activations import act
+from irc.backends.cpu.render.context import NodeCtx
+
+JIT = jit()
+# the thread count is an argument: numba cannot cache a kernel that calls get_num_threads()
+THREADS = "get_num_threads()"
+
+# by rows when each thread gets at least 32 of them (or the product is too narrow to split
+# its columns: under 64 per thread), else by columns
+SPLIT = """\
+    m, n = out.shape
+    by_rows = m >= 32 * parts or n < 64 * parts
+"""
+
+GEMM = """\
+{jit}
+def {name}(x, w, b, out, parts):
+    # out = act(x @ w.T + b), one BLAS call and its epilogue per block
+{split}\
+    if by_rows:
+        for c in prange(parts):
+            r0 = c * m // parts
+            r1 = (c + 1) * m // parts
+            if r1 > r0:
+                o = out[r0:r1]
+                np.dot(x[r0:r1], w.T, o)
+                for i in range(r1 - r0):
+                    for j in range(n):
+                        v = o[i, j] + b[j]
+                        o[i, j] = {expr}
+    else:
+        for c in prange(parts):
+            c0 = c * n // parts
+            c1 = (c + 1) * n // parts
+            if c1 > c0:
+                t = np.dot(x, w[c0:c1].T)
+                for i in range(m):
+                    for j in range(c1 - c0):
+                        v = t[i, j] + b[c0 + j]
+                        out[i, c0 + j] = {expr}
+"""
+
+GEMM_GLU = """\
+{jit}
+def {name}(x, w, out, parts):
+    # out = act(x @ w[:h].T) * (x @ w[h:].T): gate and up rows stacked in one weight
+{split}\
+    if by_rows:
+        for c in prange(parts):
+            r0 = c * m // parts
+            r1 = (c + 1) * m // parts
+            if r1 > r0:
+                t = np.dot(x[r0:r1], w.T)
+                for i in range(r1 - r0):
+                    for j in range(n):
+                        v = t[i, j]
+                        out[r0 + i, j] = ({expr}) * t[i, n + j]
+    else:
+        for c in prange(parts):
+            c0 = c * n // parts
+            c1 = (c + 1) * n // parts
+            if c1 > c0:
+                g = np.dot(x, w[c0:c1].T)
+                u = np.dot(x, w[n + c0:n + c1].T)
+                for i in range(m):
+                    for j in range(c1 - c0):
+                        v = g[i, j]
+                        out[i, c0 + j] = ({expr}) * u[i, j]
+"""
+
+
+def gemm_kernel(act_name: str, expr: str) -> Kernel:
+    name = f"k_gemm_{act_name}"
+    return Kernel(name, GEMM.format(jit=JIT, name=name, split=SPLIT, expr=expr), (A2, A2, A1, A2, I64))
+
+
+def glu_kernel(act_name: str, expr: str) -> Kernel:
+    name = f"k_gemm_glu_{act_name}"
+    return Kernel(name, GEMM_GLU.format(jit=JIT, name=name, split=SPLIT, expr=expr), (A2, A2, A2, I64))
+
+
+def multi_kernel(count: int) -> Kernel:
+    """x @ w.T for the stacked weights of ``count`` results, scattered into each result."""
+    outs = [f"o{i}" for i in range(count)]
+    widths = "\n".join(f"    n{i} = o{i}.shape[1]" for i in range(count))
+    starts = ["0"]
+    for i in range(1, count):
+        starts.append(f"{starts[-1]} + n{i - 1}" if starts[-1] != "0" else f"n{i - 1}")
+    scatter_rows = "\n".join(
+        f"                    for j in range(n{i}):\n"
+        f"                        o{i}[r0 + r, j] = t[r, {starts[i]} + j]" for i in range(count))
+    scatter_cols = "\n".join(
+        f"                        {'if' if i == 0 else 'elif'} col < {starts[i]} + n{i}:\n"
+        f"                            o{i}[r, col - ({starts[i]})] = t[r, j]" for i in range(count))
+    name = f"k_gemm_multi{count}"
+    src = f"""\
+{JIT}
+def {name}(x, w, {', '.join(outs)}, parts):
+    # [o0 | o1 | ...] = x @ w.T with w the stacked weights: one BLAS call per block
+    m = x.shape[0]
+    n = w.shape[0]
+{widths}
+    if m >= 32 * parts or n < 64 * parts:
+        for c in prange(parts):
+            r0 = c * m // parts
+            r1 = (c + 1) * m // parts
+            if r1 > r0:
+                t = np.dot(x[r0:r1], w.T)
+                for r in range(r1 - r0):
+{scatter_rows}
+    else:
+        for c in prange(parts):
+            c0 = c * n // parts
+            c1 = (c + 1) * n // parts
+            if c1 > c0:
+                t = np.dot(x, w[c0:c1].T)
+                for r in range(m):
+                    for j in range(c1 - c0):
+                        col = c0 + j
+{scatter_cols}
+"""
+    return Kernel(name, src, (A2, A2) + (A2,) * count + (I64,))
+
+
+def gemm_call(ctx: NodeCtx, x: str, in_shape: tuple[int, ...], w: str, b: str, act_name: str = "none",
+              out: str | None = None, out_shape: tuple[int, ...] | None = None) -> str:
+    """Call the gemm kernel on [rows, features] views; allocates the node's result unless ``out``."""
+    k = ctx.kernel(gemm_kernel(act_name, act(ctx.parts, act_name)))
+    if out is None:
+        out, out_shape = ctx.alloc(), ctx.out_shape()
+    ctx.emit(f"{k}({ctx.rows(x, in_shape)}, {w}, {b}, {ctx.rows(out, out_shape)}, {THREADS})")
+    return out
+
+
+def _bias_or_zeros(ctx: NodeCtx, index: int, n: int) -> str:
+    return ctx.args[index] if len(ctx.args) > index else f"np.zeros({int(n)}, np.float32)"
+
+
+def render_param(ctx: NodeCtx) -> None:
+    """A weight as a value: the caller's array itself (never written: the schedule keeps it)."""
+    key = f"{ctx.node.weights}.{ctx.attr('name')}"
+    ctx.emit(f"{ctx.outs[0]} = {ctx.weight(ctx.attr('name'), key=key)}")
+
+
+def render_gemm(ctx: NodeCtx) -> None:
+    n = ctx.out_shape()[-1]
+    gemm_call(ctx, ctx.args[0], ctx.in_shape(0), ctx.args[1], _bias_or_zeros(ctx, 2, n), ctx.attr("act", "none"))
+
+
+def _stacked(ctx: NodeCtx, first: int, tag: str) -> str:
+    """The weights of operands ``first..`` stacked along rows: derived once per weights dict when
+    they are parameters, else concatenated in the driver on every run."""
+    keys = [ctx.param_key(i) for i in range(first, len(ctx.args))]
+    if all(k is not None for k in keys):
+        expr = "np.concatenate([" + ", ".join(ctx.weight("", key=k) for k in keys) + "])"
+        return ctx.derive(f"~{tag}(" + ",".join(keys) + ")", expr)
+    return "np.concatenate([" + ", ".join(ctx.args[first:]) + "])"
+
+
+def render_gemm_glu(ctx: NodeCtx) -> None:
+    act_name = ctx.attr("act", "silu")
+    k = ctx.kernel(glu_kernel(act_name, act(ctx.parts, act_name)))
+    w = _stacked(ctx, 1, "stack")
+    out = ctx.alloc()
+    ctx.emit(f"{k}({ctx.rows(ctx.args[0], ctx.in_shape(0))}, {w}, {ctx.rows(out, ctx.out_shape())}, {THREADS})")
+
+
+def render_gemm_multi(ctx: NodeCtx) -> None:
+    count = len(ctx.outs)
+    k = ctx.kernel(multi_kernel(count))
+    w = _stacked(ctx, 1, "stack")
+    outs = [ctx.rows(ctx.alloc(i), ctx.out_shape(i)) for i in range(count)]
+    ctx.emit(f"{k}({ctx.rows(ctx.args[0], ctx.in_shape(0))}, {w}, {', '.join(outs)}, {THREADS})")
+
+
+RENDERERS = {
+    "param": render_param,
+    "gemm": render_gemm,
+    "gemm_glu": render_gemm_glu,
+    "gemm_multi": render_gemm_multi,
+}

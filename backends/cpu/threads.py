@@ -1,0 +1,139 @@
+"""Who owns the cores while a compiled graph runs: Numba's pool, with BLAS single-threaded.
+
+OpenBLAS threads spin for a while after each call, and Numba's workers spin after each
+parallel loop; on a 2-core machine two pools that spin take turns at scheduler-quantum
+granularity, and small kernels ran 100× slower. So one pool owns the cores: while a graph
+runs, every OpenBLAS in the process (SciPy's, which numba's ``np.dot`` calls, and NumPy's)
+is set to one thread, and the generated kernels split their matmuls over Numba's threads
+themselves (``prange`` over row or column blocks, each block one single-threaded BLAS call).
+The previous BLAS thread counts come back afterwards, so a host program keeps its settings.
+
+OpenBLAS is reached through ``ctypes`` (the libraries are already loaded; no extra
+dependency): its ``*openblas_set_num_threads*`` / ``*openblas_get_num_threads*`` symbols,
+under the prefixes SciPy's and NumPy's wheels give them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
+            "openblas_set_num_threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
+            "openblas_get_num_threads")
+
+
+@dataclass(frozen=True)
+class BlasLib:
+    path: str
+    set_threads: ctypes._CFuncPtr
+    get_threads: ctypes._CFuncPtr
+
+    def threads(self) -> int:
+        return int(self.get_threads())
+
+
+def _loaded_paths() -> list[str]:
+    """Shared objects mapped into this process whose name says OpenBLAS."""
+    paths: set[str] = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and "openblas" in os.path.basename(parts[-1]).lower():
+                    paths.add(parts[-1])
+    except OSError:
+        return []
+    return sorted(paths)
+
+
+def _symbol(lib: ctypes.CDLL, names: tuple[str, ...]) -> ctypes._CFuncPtr | None:
+    for name in names:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+_FOUND: dict[str, BlasLib] = {}
+
+
+def blas_libs() -> list[BlasLib]:
+    """The OpenBLAS libraries loaded now (SciPy's is loaded first, so numba's BLAS is seen)."""
+    import scipy.linalg.cython_blas  # noqa: F401  (numba's np.dot calls this library)
+
+    for path in _loaded_paths():
+        if path in _FOUND:
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter, getter = _symbol(lib, _SETTERS), _symbol(lib, _GETTERS)
+        if setter is None or getter is None:
+            continue
+        setter.argtypes, setter.restype = [ctypes.c_int], None
+        getter.argtypes, getter.restype = [], ctypes.c_int
+        _FOUND[path] = BlasLib(path, setter, getter)
+    return list(_FOUND.values())
+
+
+def configured_threads() -> int | None:
+    """``IRC_NUM_THREADS``, when set to a positive integer: Numba's workers while a graph runs
+    (default: all of Numba's, one per core). On a machine other programs keep busy, fewer
+    threads can be faster: a parallel loop waits for its slowest thread."""
+    value = os.environ.get("IRC_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+@contextlib.contextmanager
+def single_pool(threads: int | None = None) -> Iterator[None]:
+    """Run the body with BLAS single-threaded (and Numba at ``threads`` workers, if given)."""
+    libs = blas_libs()
+    before = [lib.threads() for lib in libs]
+    numba_before = None
+    if threads is not None:
+        import numba
+
+        numba_before = numba.get_num_threads()
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    for lib in libs:
+        if lib.threads() != 1:
+            lib.set_threads(1)
+    try:
+        yield
+    finally:
+        for lib, n in zip(libs, before):
+            if lib.threads() != n:
+                lib.set_threads(n)
+        if numba_before is not None:
+            import numba
+
+            numba.set_num_threads(numba_before)
+
+
+def describe() -> dict[str, str]:
+    """The thread settings in force, for benchmark reports."""
+    import numba
+
+    out = {"numba threads": str(numba.get_num_threads()),
+           "numba threading layer": _threading_layer()}
+    for lib in blas_libs():
+        out[f"BLAS {os.path.basename(lib.path)}"] = f"{lib.threads()} threads"
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER"):
+        if var in os.environ:
+            out[var] = os.environ[var]
+    return out
+
+
+def _threading_layer() -> str:
+    import numba
+
+    try:
+        return str(numba.threading_layer())
+    except ValueError:  # no parallel kernel has run yet
+        return f"not started ({numba.config.THREADING_LAYER})"

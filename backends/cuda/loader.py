@@ -1,0 +1,83 @@
+"""Import a cached CUDA module, bind its reduction path, and compile its kernels eagerly.
+
+Kernels are compiled here (or loaded from numba's cache beside the module) rather than at
+their first launch, so a long compile reports progress and each kernel's compile time is
+known. The simulator compiles nothing: its kernels are the Python functions themselves.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from irc.backends.cpu.loader import numba_cache_files
+from irc.backends.cuda.module import PATHS
+
+Progress = Callable[[int, int, str], None]  # (kernels done, kernels in all, what now)
+
+
+@dataclass
+class LoadStats:
+    kernels: int = 0
+    seconds: float = 0.0
+    compile_seconds: dict[str, float] = field(default_factory=dict)  # kernel -> seconds (GPU only)
+    retried: bool = False  # numba's cache was unreadable and was cleared once
+
+
+def import_module(path: Path, key: str) -> ModuleType:
+    name = f"irc_cuda_{key[:24]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # numba finds a function's module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def kernels_for(module: ModuleType, path: str) -> list[tuple[str, str]]:
+    """(name, signature) of the kernels a run with reduction ``path`` launches."""
+    other = [f"__{p}" for p in PATHS if p != path]
+    return [(name, sig) for name, sig in module.SIGNATURES if not any(name.endswith(s) for s in other)]
+
+
+def _compile_all(module: ModuleType, path: str, simulator: bool, progress: Progress | None,
+                 stats: LoadStats) -> None:
+    module.use_reduction(path)
+    todo = kernels_for(module, path)
+    stats.kernels = len(todo)
+    for i, (name, sig) in enumerate(todo):
+        if progress is not None:
+            progress(i, len(todo), name)
+        if simulator:
+            continue
+        start = time.perf_counter()
+        getattr(module, name).compile(sig)
+        stats.compile_seconds[name] = time.perf_counter() - start
+    if progress is not None:
+        progress(len(todo), len(todo), "done")
+
+
+def load(path: Path, key: str, reduction: str, simulator: bool,
+         progress: Progress | None = None) -> tuple[ModuleType, LoadStats]:
+    """Import and compile; if numba's cache for this module is unreadable, clear it and retry once."""
+    start = time.perf_counter()
+    stats = LoadStats()
+    module = import_module(path, key)
+    try:
+        _compile_all(module, reduction, simulator, progress, stats)
+    except Exception:
+        # A truncated or corrupted cache file raises from pickle or the index reader. Clear
+        # this module's files and compile again; a real error recurs and propagates.
+        for f in numba_cache_files(path):
+            f.unlink(missing_ok=True)
+        stats = LoadStats(retried=True)
+        module = import_module(path, key)
+        _compile_all(module, reduction, simulator, progress, stats)
+    stats.seconds = time.perf_counter() - start
+    return module, stats

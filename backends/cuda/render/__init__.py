@@ -1,0 +1,16 @@
+"""Renderer tables, op name -> function writing that node's kernels and driver lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from irc.backends.cuda.render import attention, conv, dense, elementwise, embedding, norm, recurrent, shape
+from irc.backends.cuda.render.context import Ctx
+
+Renderer = Callable[[Ctx], None]
+
+RENDERERS: dict[str, Renderer] = {}
+for _family in (elementwise, dense, conv, norm, embedding, recurrent, attention, shape):
+    RENDERERS.update(_family.RENDERERS)
+
+__all__ = ["RENDERERS", "Ctx", "Renderer"]

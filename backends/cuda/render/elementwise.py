@@ -1,0 +1,202 @@
+"""Activations, broadcasting arithmetic, softmax and the causal mask: one thread per element
+(softmax: one block per row, see rows.py)."""
+
+from __future__ import annotations
+
+from math import prod
+
+from irc.backends.cpu.module import A1, F32, I64, Kernel
+from irc.backends.cuda.module import JIT
+from irc.backends.cuda.render.context import Ctx, dims, rows_of
+from irc.backends.cuda.render.copy import contiguous_strides, copy_launch
+from irc.backends.cuda.render.rows import row_shape, softmax_kernel
+
+# Activations as float32 expressions of ``v`` (``p``: the op's one parameter). Constants are
+# np.float32 on purpose: a bare float literal is float64 in numba and promotes everything.
+ACT_EXPR: dict[str, str] = {
+    "none": "v",
+    "relu": "np.float32(0.0) if v < np.float32(0.0) else v",
+    "leaky_relu": "v * p if v < np.float32(0.0) else v",
+    "gelu": "np.float32(0.5) * v * (np.float32(1.0) + math.erf(v * np.float32(0.7071067811865476)))",
+    "gelu_tanh": "np.float32(0.5) * v * (np.float32(1.0) + math.tanh(np.float32(0.7978845608028654)"
+                 " * (v + np.float32(0.044715) * v * v * v)))",
+    "silu": "v / (np.float32(1.0) + math.exp(-v))",
+    "tanh": "math.tanh(v)",
+    "sigmoid": "np.float32(1.0) / (np.float32(1.0) + math.exp(-v))",
+    "abs": "abs(v)",
+}
+
+
+def act_expr(name: str) -> str:
+    """The activation of ``v`` (a KeyError for anything not in the table)."""
+    return ACT_EXPR[name]
+
+
+UNARY = """\
+{jit}
+def {name}(x, out, n, p):
+    i = cuda.grid(1)
+    if i < n:
+        v = x[i]
+        out[i] = {expr}
+"""
+
+
+def unary_kernel(act: str) -> Kernel:
+    name = f"k_{act}"
+    return Kernel(name, UNARY.format(jit=JIT, name=name, expr=ACT_EXPR[act]), (A1, A1, I64, F32))
+
+
+def render_activation(ctx: Ctx) -> None:
+    ctx.need_float()
+    op = ctx.node.op
+    act, param = op, 0.0
+    if op == "gelu" and ctx.attr("approx", "none") == "tanh":
+        act = "gelu_tanh"
+    if op == "leaky_relu":
+        param = ctx.attr("slope", 0.01)
+    k = ctx.kernel(unary_kernel(act))
+    out = ctx.alloc()
+    n = prod(ctx.out_shape())
+    grid, block = ctx.flat_grid(n)
+    ctx.launch(k, grid, block, [ctx.F(0), ctx.f(out), ctx.i(n), ctx.f32(param)])
+
+
+# -- binary arithmetic ------------------------------------------------------------------
+
+SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+FORMS = {  # form -> (left operand, right operand) in terms of the flat index i
+    "flat": ("a[i]", "b[i]"),
+    "rows": ("a[i]", "b[i % d]"),  # b repeats along rows of a
+    "rows_first": ("a[i % d]", "b[i]"),
+    "scalar": ("a[i]", "s"),
+    "rscalar": ("s", "a[i]"),
+}
+
+BINARY = """\
+{jit}
+def {name}(a, {second}, out, n, d):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = {lhs} {sym} {rhs}
+"""
+
+
+def binary_kernel(op: str, form: str) -> Kernel:
+    name = f"k_{op}_{form}"
+    lhs, rhs = FORMS[form]
+    scalar = form in ("scalar", "rscalar")
+    src = BINARY.format(jit=JIT, name=name, second="s" if scalar else "b", lhs=lhs, sym=SYMBOL[op], rhs=rhs)
+    return Kernel(name, src, (A1, F32 if scalar else A1, A1, I64, I64))
+
+
+def _is_suffix(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """``small`` (leading 1s dropped) is a trailing block of ``big``: it repeats along rows."""
+    s = list(small)
+    while s and s[0] == 1:
+        s.pop(0)
+    return len(s) <= len(big) and tuple(big[len(big) - len(s):]) == tuple(s)
+
+
+def broadcast_into(ctx: Ctx, src: str, shape: tuple[int, ...], out_shape: tuple[int, ...], dst: str) -> None:
+    """Materialise ``src`` (of ``shape``) broadcast to ``out_shape`` into ``dst``."""
+    full = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides = contiguous_strides(full)
+    bstrides = tuple(0 if n == 1 and m != 1 else s for n, m, s in zip(full, out_shape, strides))
+    copy_launch(ctx, src, dst, out_shape, bstrides, 0, contiguous_strides(out_shape), 0)
+
+
+def render_binary(ctx: Ctx) -> None:
+    op = ctx.node.op
+    if not all(t.is_float for t in ctx.out_types):
+        raise ctx.error(f"integer arithmetic ({ctx.out_types[0]}) is not supported by the cuda backend")
+    out_shape = ctx.out_shape()
+    n = prod(out_shape)
+    grid, block = ctx.flat_grid(n)
+    if len(ctx.ins) == 1:
+        form = "rscalar" if ctx.attr("reverse", False) and op in ("sub", "div") else "scalar"
+        k = ctx.kernel(binary_kernel(op, form))
+        out = ctx.alloc()
+        ctx.launch(k, grid, block, [ctx.F(0), ctx.f32(ctx.attr("scalar")), ctx.f(out), ctx.i(n), ctx.i(1)])
+        return
+    sa, sb = ctx.in_shape(0), ctx.in_shape(1)
+    a, b = ctx.F(0), ctx.F(1)
+    if sa == out_shape and sb == out_shape:
+        form, d = "flat", 1
+    elif sa == out_shape and _is_suffix(sb, out_shape):
+        form, d = "rows", prod(sb)
+    elif sb == out_shape and _is_suffix(sa, out_shape):
+        form, d = "rows_first", prod(sa)
+    else:  # general broadcasting: both operands materialised at the result's shape
+        form, d = "flat", 1
+        ta, tb = ctx.temp(out_shape), ctx.temp(out_shape)
+        broadcast_into(ctx, a, sa, out_shape, ctx.f(ta))
+        broadcast_into(ctx, b, sb, out_shape, ctx.f(tb))
+        a, b = ctx.f(ta), ctx.f(tb)
+    k = ctx.kernel(binary_kernel(op, form))
+    out = ctx.alloc()
+    ctx.launch(k, grid, block, [a, b, ctx.f(out), ctx.i(n), ctx.i(max(d, 1))])
+
+
+# -- softmax and the causal mask ------------------------------------------------------------
+
+def softmax_rows(ctx: Ctx, src: int, dst: int, rows: int, d: int) -> None:
+    rs = row_shape(d)
+    if rs is None:
+        raise ctx.error(f"normalises rows of {d}; the cuda backend keeps a row in registers, at most 32768")
+    k = ctx.parts.reducing_kernel(lambda path: softmax_kernel(rs, path))
+    ctx.launch(k, dims(rows), dims(rs.threads), [ctx.v(ctx.view(src, (rows, d))), ctx.v(ctx.view(dst, (rows, d)))])
+
+
+def render_softmax(ctx: Ctx) -> None:
+    ctx.need_float()
+    shape = ctx.in_shape()
+    rank = len(shape)
+    axis = ctx.attr("axis", -1)
+    axis = axis + rank if axis < 0 else axis
+    if axis == rank - 1:
+        out = ctx.alloc()
+        rows, d = rows_of(shape)
+        softmax_rows(ctx, ctx.ins[0], out, rows, d)
+        return
+    # move the axis last, normalise rows, move it back
+    perm = [k for k in range(rank) if k != axis] + [axis]
+    moved = tuple(shape[k] for k in perm)
+    strides = contiguous_strides(shape)
+    t1, t2 = ctx.temp(moved), ctx.temp(moved)
+    copy_launch(ctx, ctx.F(0), ctx.f(t1), moved, tuple(strides[k] for k in perm), 0, contiguous_strides(moved), 0)
+    softmax_rows(ctx, t1, t2, prod(moved[:-1]), moved[-1])
+    out = ctx.alloc()
+    out_strides = contiguous_strides(shape)
+    copy_launch(ctx, ctx.f(t2), ctx.f(out), moved, contiguous_strides(moved), 0,
+                tuple(out_strides[k] for k in perm), 0)
+
+
+CAUSAL = f"""\
+{JIT}
+def k_causal_mask(x, out, n, t, s):
+    i = cuda.grid(1)
+    if i < n:
+        j = i % s
+        q = (i // s) % t
+        out[i] = np.float32(-np.inf) if j > q else x[i]
+"""
+CAUSAL_KERNEL = Kernel("k_causal_mask", CAUSAL, (A1, A1, I64, I64, I64))
+
+
+def render_causal_mask(ctx: Ctx) -> None:
+    ctx.need_float()
+    shape = ctx.in_shape()
+    n = prod(shape)
+    k = ctx.kernel(CAUSAL_KERNEL)
+    out = ctx.alloc()
+    grid, block = ctx.flat_grid(n)
+    ctx.launch(k, grid, block, [ctx.F(0), ctx.f(out), ctx.i(n), ctx.i(shape[-2]), ctx.i(shape[-1])])
+
+
+RENDERERS = {
+    **{name: render_activation for name in ("relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "abs")},
+    **{name: render_binary for name in SYMBOL},
+    "softmax": render_softmax,
+    "causal_mask": render_causal_mask,
+}

@@ -1,0 +1,1 @@
+"""irc's benchmark suite: ``python -m benchmarks`` (see run.py)."""

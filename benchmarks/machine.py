@@ -1,0 +1,82 @@
+"""The machine a benchmark ran on: CPU, cores, memory, library versions, BLAS and threads."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return ", ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags)
+    except OSError:
+        pass
+    return "?"
+
+
+def memory_gib() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    return "?"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def describe() -> dict[str, str]:
+    """Everything the results depend on, as (what, value) rows."""
+    import numba
+    import numpy as np
+    import scipy
+
+    from irc.backends.cpu.threads import blas_libs
+    from irc.backends.cpu.threads import describe as threads
+
+    rows = {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "CPU": f"{cpu_model()} ({cpu_flags()})",
+        "cores": str(os.cpu_count()),
+        "memory": memory_gib(),
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "scipy": scipy.__version__,
+    }
+    try:
+        import torch
+
+        rows["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads; BLAS: "
+        rows["torch"] += "MKL" if torch.backends.mkl.is_available() else "?"
+        rows["torch"] += ", oneDNN" if torch.backends.mkldnn.is_available() else ""
+        rows["torch"] += ")"
+    except ImportError:
+        rows["torch"] = "not installed"
+    for lib in blas_libs():
+        rows[f"OpenBLAS {Path(lib.path).name}"] = f"{lib.threads()} threads by default"
+    rows.update({f"irc run: {k}": v for k, v in threads().items() if not k.startswith("BLAS")})
+    rows["irc run: BLAS while a graph runs"] = "1 thread (Numba's pool owns the cores; see backends/cpu/threads.py)"
+    return rows

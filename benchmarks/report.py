@@ -1,0 +1,126 @@
+"""Tables of ratios from the peers' rows, the targets of issue 5, and benchmarks/RESULTS.md."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Rows = list[dict]
+
+
+def _get(rows: Rows, case: str, item: str, peer: str) -> dict | None:
+    return next((r for r in rows if r["case"] == case and r["item"] == item and r["peer"] == peer), None)
+
+
+def _val(rows: Rows, case: str, item: str, peer: str) -> float | None:
+    r = _get(rows, case, item, peer)
+    return None if r is None else float(r["value"])
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _f(x: float | None, fmt: str = "{:.1f}", suffix: str = "") -> str:
+    return "–" if x is None else fmt.format(x) + suffix
+
+
+def table(header: list[str], body: Iterable[list[str]]) -> str:
+    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"
+    lines = ["| " + " | ".join(header) + " |", rule]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def norms(rows: Rows) -> tuple[str, list[tuple[str, float | None, float, bool | None]]]:
+    copy = _val(rows, "norms", "copy", "copy")
+    body, targets = [], []
+    for item in ("LayerNorm", "RMSNorm", "add+LayerNorm"):
+        irc, torch, numpy = (_val(rows, "norms", item, p) for p in ("irc", "torch", "numpy"))
+        of_copy, vs_torch = _ratio(irc, copy), _ratio(irc, torch)
+        body.append([item, _f(irc), _f(of_copy and of_copy * 100, "{:.0f}", " %"), _f(torch),
+                     _f(vs_torch, "{:.1f}", "×"), _f(numpy), _f(_ratio(irc, numpy), "{:.1f}", "×")])
+        targets.append((f"{item}: share of copy bandwidth", of_copy, 0.90, None))
+        targets.append((f"{item}: vs torch", vs_torch, 5.0, None))
+    fused, pair = _val(rows, "norms", "add+LayerNorm", "irc"), _val(rows, "norms", "add+LayerNorm", "irc unfused")
+    fused_ip = _val(rows, "norms", "add+LayerNorm in place", "irc")
+    pair_ip = _val(rows, "norms", "add+LayerNorm in place", "irc unfused")
+    graph = _val(rows, "norms", "LayerNorm", "irc graph run")
+    targets.append(("add+LayerNorm: fused vs the unfused pair, in place as scheduled", _ratio(fused_ip, pair_ip), 1.3,
+                    None))
+    targets.append(("add+LayerNorm: fused vs the unfused pair, fresh buffers", _ratio(fused, pair), 1.3, None))
+    header = ["op (65,536×1,024 fp32)", "irc GB/s", "of copy", "torch GB/s", "irc/torch", "numpy GB/s", "irc/numpy"]
+    text = table(header, body)
+    text += (f"\n\nStreaming copy (2 threads): {_f(copy)} GB/s. Fused add+LayerNorm {_f(fused)} GB/s vs the unfused "
+             f"pair (add, then LayerNorm) {_f(pair)} GB/s into fresh buffers: "
+             f"{_f(_ratio(fused, pair), '{:.2f}', '×')}; in place, as the schedule runs them in a pre-LN block, "
+             f"{_f(fused_ip)} vs {_f(pair_ip)} GB/s: {_f(_ratio(fused_ip, pair_ip), '{:.2f}', '×')}. "
+             f"LayerNorm through `CompiledGraph.run` (a new 256 MiB output each call, page faults included): "
+             f"{_f(graph)} GB/s.")
+    return text, targets
+
+
+def attention(rows: Rows) -> tuple[str, list]:
+    sgemm = next((float(r["value"]) for r in rows if r["case"] == "sgemm"), None)
+    items = list(dict.fromkeys(r["item"] for r in rows if r["case"] == "attention"))
+    body, targets = [], []
+    for item in items:
+        irc, torch, numpy = (_val(rows, "attention", item, p) for p in ("irc", "torch", "numpy"))
+        of_sgemm, vs_torch = _ratio(irc, sgemm), _ratio(irc, torch)
+        body.append([item, _f(irc), _f(of_sgemm and of_sgemm * 100, "{:.0f}", " %"), _f(torch),
+                     _f(vs_torch, "{:.1f}", "×"), _f(numpy), _f(_ratio(irc, numpy), "{:.1f}", "×")])
+        targets.append((f"attention {item}: vs torch SDPA", vs_torch, 2.0, None))
+        if item.startswith("T=4096"):
+            targets.append((f"attention {item}: share of sgemm", of_sgemm, 0.5, None))
+    text = table(["8 heads, d 64", "irc GFLOP/s", "of sgemm", "torch GFLOP/s", "irc/torch", "numpy GFLOP/s",
+                  "irc/numpy"], body)
+    text += f"\n\nsgemm (NumPy, 2,048³): {_f(sgemm)} GFLOP/s."
+    mem = [r for r in rows if r["case"] == "attention-memory"]
+    if mem:
+        mitems = list(dict.fromkeys(r["item"] for r in mem))
+        mbody = [[i] + [_f(_val(rows, "attention-memory", i, p), "{:.0f}", " MiB") for p in ("irc", "torch", "numpy")]
+                 for i in mitems]
+        t = int(mitems[0].split("=")[1].split()[0])
+        nn = t * t * 4 / 2**20
+        text += ("\n\nPeak memory a call adds to its process (resident high-water mark; the inputs are allocated "
+                 f"before). One T×T fp32 score matrix is {nn:.0f} MiB per head, {8 * nn:.0f} MiB for all 8 heads; "
+                 f"the output is {8 * t * 64 * 4 / 2**20:.0f} MiB.\n\n")
+        text += table(["call", "irc", "torch", "numpy"], mbody)
+        for r in mem:
+            if r["peer"] == "irc":
+                targets.append((f"attention {r['item']}: peak MiB below one T×T matrix ({nn:.0f} MiB)",
+                                float(r["value"]), nn, float(r["value"]) < nn))
+    return text, targets
+
+
+def models(rows: Rows, agreement: dict[str, float | None]) -> tuple[str, list]:
+    items = list(dict.fromkeys(r["item"] for r in rows if r["case"] == "models"))
+    body, targets = [], []
+    for item in items:
+        irc, torch = _val(rows, "models", item, "irc"), _val(rows, "models", item, "torch")
+        speed = _ratio(torch, irc)
+        body.append([item, _f(irc), _f(torch), _f(speed, "{:.2f}", "×"), _f(agreement.get(item), "{:.1e}")])
+        targets.append((f"{item}: faster than torch eager (speed-up)", speed, 1.0, None))
+    text = table(["forward pass", "irc ms", "torch eager ms", "speed-up", "max |irc − torch| / max |torch|"], body)
+    return text, targets
+
+
+def compile_times(rows: Rows) -> tuple[str, list]:
+    items = list(dict.fromkeys(r["item"] for r in rows if r["case"] == "compile"))
+    body, targets = [], []
+    for item in items:
+        cold, warm = _get(rows, "compile", item, "cold"), _get(rows, "compile", item, "cached")
+        body.append([item, _f(cold and cold["value"], "{:.2f}", " s"), cold["note"] if cold else "",
+                     _f(warm and warm["value"], "{:.2f}", " s")])
+        if item == "gpt2_small" and warm:
+            targets.append(("gpt2_small: cached compile, seconds (below)", float(warm["value"]), 2.0,
+                            float(warm["value"]) < 2.0))
+    text = table(["model", "cold", "cold: kernels", "cached"], body)
+    return text, targets
+
+
+def targets_table(targets: list[tuple[str, float | None, float, bool | None]]) -> str:
+    body = []
+    for what, got, want, met in targets:
+        ok = met if met is not None else (got is not None and got >= want)
+        body.append([what, _f(got, "{:.2f}"), f"{want:g}", "met" if ok else "NOT met"])
+    return table(["target (issue 5)", "measured", "target", ""], body)

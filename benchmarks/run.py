@@ -1,0 +1,144 @@
+"""irc's benchmark suite, one command: ``python -m benchmarks`` (or ``python benchmarks/run.py``).
+
+Runs every peer of every case in a process of its own (Numba's and PyTorch's thread pools
+slow each other in one), all in this one run, so the ratios compare measurements taken side
+by side; prints the tables and writes benchmarks/RESULTS.md with the machine's description.
+
+Cases: norms (LayerNorm, RMSNorm, add+LayerNorm at 65,536×1,024 fp32: GB/s vs a streaming
+copy, PyTorch and NumPy; fused add+norm vs the unfused pair), attention (8 heads, d 64,
+T 1,024 and 4,096, causal and not: GFLOP/s vs sgemm, PyTorch SDPA and NumPy; peak memory),
+models (GPT-2 small, the LSTM LM, ResNet-18 forward passes vs PyTorch eager on the same
+weights and threads) and compile (cold and cached). Times are the best of several calls.
+
+Options: --quick (smaller sizes, for a smoke test), --only CASE[,CASE], --repeats N,
+--no-write (print only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # python benchmarks/run.py
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import report  # noqa: E402
+from benchmarks.machine import describe, load_average  # noqa: E402
+
+CASES = ("norms", "attention", "models", "compile")
+MODELS = ("gpt2_small", "lstm_lm", "resnet18")
+PEER_TIMEOUT_S = 600
+
+
+def _peer(work: Path, case: str, peer: str, *extra: str) -> list[dict]:
+    """Run one peer in a fresh process; its rows, or none (and a note) when it failed."""
+    out = work / f"{case}-{peer}-{len(list(work.iterdir()))}.json"
+    cmd = [sys.executable, "-m", "benchmarks.peer", str(out), case, peer, *extra]
+    start = time.perf_counter()
+    print(f"  {case}: {peer} {' '.join(extra)}".rstrip(), end="", flush=True)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=PEER_TIMEOUT_S,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    except subprocess.TimeoutExpired:
+        print(f"  timed out after {PEER_TIMEOUT_S} s")
+        return []
+    print(f"  ({time.perf_counter() - start:.0f} s)")
+    if proc.returncode != 0 or not out.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        print("    failed: " + " / ".join(tail))
+        return []
+    return json.loads(out.read_text())
+
+
+def _agreement(work: Path) -> dict[str, float | None]:
+    import numpy as np
+
+    out: dict[str, float | None] = {}
+    for model in MODELS:
+        a, b = work / f"{model}-irc.npy", work / f"{model}-torch.npy"
+        if a.exists() and b.exists():
+            x, y = np.load(a).astype(np.float64), np.load(b).astype(np.float64)
+            out[model] = float(np.abs(x - y).max() / np.abs(y).max()) if x.shape == y.shape else float("inf")
+    return out
+
+
+def run(cases: list[str], quick: bool, repeats: int) -> tuple[list[dict], dict[str, float | None]]:
+    rows: list[dict] = []
+    common = ["--repeats", str(repeats)] + (["--quick"] if quick else [])
+    with tempfile.TemporaryDirectory(prefix="irc-bench-") as tmp:
+        work = Path(tmp)
+        if "norms" in cases:
+            for peer in ("copy", "irc", "torch", "numpy"):
+                rows += _peer(work, "norms", peer, *common)
+        if "attention" in cases:
+            for peer in ("sgemm", "irc", "torch", "numpy"):
+                rows += _peer(work, "attention", peer, *common)
+        if "models" in cases:
+            for model in MODELS:
+                for peer in ("irc", "torch"):
+                    rows += _peer(work, "models", peer, *common, "--model", model, "--out-dir", str(work))
+        if "compile" in cases:
+            for model in MODELS:
+                cache = work / f"cache-{model}"
+                cache.mkdir(mode=0o700)
+                for label in ("cold", "cached"):
+                    rows += _peer(work, "compile", label, *common, "--model", model, "--cache-dir", str(cache))
+        agreement = _agreement(work)
+    return rows, agreement
+
+
+def render(rows: list[dict], agreement: dict[str, float | None], machine: dict[str, str], loads: tuple[str, str],
+           command: str, seconds: float) -> str:
+    parts, targets = [], []
+    sections = [("Norms", lambda: report.norms(rows)), ("Attention", lambda: report.attention(rows)),
+                ("Forward passes", lambda: report.models(rows, agreement)),
+                ("Compile time (fuse + generate + compile, in a fresh process)", lambda: report.compile_times(rows))]
+    for title, make in sections:
+        text, t = make()
+        parts.append(f"## {title}\n\n{text}\n")
+        targets += t
+    head = ["# irc benchmarks", "",
+            f"`{command}` — every peer in its own process, all in this one run ({seconds / 60:.1f} min). "
+            "Times are the best of several calls after a warm-up.", "",
+            "## Machine", "", report.table(["", ""], [[k, v] for k, v in machine.items()]), "",
+            f"Load average (1, 5, 15 min) before the run: {loads[0]}; after: {loads[1]} "
+            "(other programs share these cores; ratios are measured side by side).", "",
+            "## Targets (issue 5)", "", report.targets_table(targets), ""]
+    return "\n".join(head + parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the suite")
+    p.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases ({', '.join(CASES)})")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--no-write", action="store_true", help="print the tables, leave RESULTS.md alone")
+    a = p.parse_args(argv)
+    cases = [c.strip() for c in a.only.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        p.error(f"unknown case(s): {', '.join(unknown)}")
+    command = "python -m benchmarks" + (" --quick" if a.quick else "") + (f" --only {a.only}" if a.only != ",".join(
+        CASES) else "")
+    before = load_average()
+    start = time.perf_counter()
+    print(f"irc benchmarks ({', '.join(cases)}); load average {before}")
+    rows, agreement = run(cases, a.quick, a.repeats)
+    seconds = time.perf_counter() - start
+    text = render(rows, agreement, describe(), (before, load_average()), command, seconds)
+    print("\n" + text)
+    if not a.no_write:
+        (ROOT / "benchmarks" / "RESULTS.md").write_text(text)
+        print("wrote benchmarks/RESULTS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

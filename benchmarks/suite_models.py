@@ -1,0 +1,90 @@
+"""Whole forward passes, irc (fused, Numba CPU backend) vs PyTorch eager, and compile times.
+
+Both peers build the same weights (irc's deterministic initialisation, seed 0) and inputs;
+the PyTorch modules (torch_models.py) mirror the .arch files and load those weights. Each
+peer saves its logits so the runner can check the two agree before it reports a speed.
+Compile time is measured in fresh processes: cold (an empty cache directory: generate,
+write and compile every kernel) and cached (the same directory again).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.timing import best_of
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {
+    "gpt2_small": ("models/gpt2_small.arch", {"B": 1, "T": 256}),
+    "lstm_lm": ("models/lstm_lm.arch", {"B": 1, "T": 256}),
+    "resnet18": ("models/resnet18.arch", {"B": 1, "H": 224, "W": 224}),
+}
+QUICK = {"gpt2_small": {"layers": 2, "T": 64}, "lstm_lm": {"T": 64}, "resnet18": {"H": 112, "W": 112}}
+
+
+def _binds(model: str, quick: bool) -> dict[str, int]:
+    path, binds = MODELS[model]
+    return {**binds, **(QUICK[model] if quick else {})}
+
+
+def _setup(model: str, quick: bool):
+    from irc.pipeline import load_graph
+    from irc.runtime.init import init_weights
+    from irc.runtime.inputs import random_inputs
+
+    graph = load_graph(ROOT / MODELS[model][0], _binds(model, quick))
+    return graph, init_weights(graph, 0), random_inputs(graph, 0, {})
+
+
+def _row(model: str, peer: str, seconds: float, note: str) -> dict:
+    return {"case": "models", "item": model, "peer": peer, "seconds": seconds, "value": seconds * 1e3, "unit": "ms",
+            "note": note}
+
+
+def peer_irc(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]:
+    from irc.backends.cpu import compile_graph
+    from irc.pipeline import run_passes
+
+    graph, weights, inputs = _setup(model, quick)
+    compiled = compile_graph(run_passes(graph, ["fuse"]))
+    out = compiled.run(weights, inputs)["logits"]
+    np.save(out_dir / f"{model}-irc.npy", out)
+    seconds = best_of(lambda: compiled.run(weights, inputs), repeats)
+    return [_row(model, "irc", seconds, "fused graph, Numba CPU backend")]
+
+
+def peer_torch(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]:
+    import torch
+
+    from benchmarks.torch_models import build
+
+    torch.set_num_threads(2)
+    _, weights, inputs = _setup(model, quick)
+    binds = _binds(model, quick)
+    net = build(model, weights, **({"layers": binds["layers"]} if "layers" in binds else {}))
+    (arr,) = inputs.values()
+    arg = torch.from_numpy(np.asarray(arr))
+    arg = arg if arg.is_floating_point() else arg.long()
+    with torch.inference_mode():
+        np.save(out_dir / f"{model}-torch.npy", net(arg).numpy())
+        seconds = best_of(lambda: net(arg), repeats)
+    return [_row(model, "torch", seconds, "eager, same weights, 2 threads")]
+
+
+def peer_compile(model: str, quick: bool, cache_dir: Path, label: str) -> list[dict]:
+    """Load, fuse and compile in this process with the cache in ``cache_dir``."""
+    os.environ["IRC_CACHE_DIR"] = str(cache_dir)
+    start = time.perf_counter()
+    from irc.backends.cpu import compile_graph
+    from irc.pipeline import load_graph, run_passes
+
+    graph = run_passes(load_graph(ROOT / MODELS[model][0], _binds(model, quick)), ["fuse"])
+    compiled = compile_graph(graph)
+    seconds = time.perf_counter() - start
+    note = f"{compiled.stats.kernels} kernels, {compiled.stats.compiled} compiled"
+    return [{"case": "compile", "item": model, "peer": label, "seconds": seconds, "value": seconds, "unit": "s",
+             "note": note}]
