@@ -121,10 +121,11 @@ class CompileProgress:
             if self.shown and done < total and now - self.last >= PROGRESS_EVERY_S:
                 self._say(f"  compiled {done}/{total} kernels ({now - self.start:.0f} s), now {what}")
 
-    def finish(self) -> None:
+    def finish(self, ok: bool = True) -> None:
+        """Stop the timer; say how long it took only if the compile succeeded (an error speaks for itself)."""
         self.timer.cancel()
         with self.lock:
-            if self.shown:
+            if self.shown and ok:
                 self._say(f"compiled in {time.perf_counter() - self.start:.1f} s")
 
 
@@ -149,9 +150,12 @@ def _compile(graph: Graph, backend_name: str):
     progress = CompileProgress(graph, backend_name)
     progress.timer.start()
     try:
-        return backend.compile(graph, progress=progress)
-    finally:
-        progress.finish()
+        compiled = backend.compile(graph, progress=progress)
+    except BaseException:
+        progress.finish(ok=False)
+        raise
+    progress.finish()
+    return compiled
 
 
 def summary_line(label: str, arr: np.ndarray) -> str:
