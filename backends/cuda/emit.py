@@ -10,7 +10,7 @@ may hand in the graph as built.
 from __future__ import annotations
 
 from irc.analysis.params import node_params
-from irc.backends.cpu.emit import weight_shapes
+from irc.backends.cpu.emit import SIGNATURE_FN, TYPES, weight_shapes  # the generated preamble is shared
 from irc.backends.cpu.layout import wrap_call
 from irc.backends.cpu.literals import comment_text, shape_literal, str_literal
 from irc.backends.cpu.module import NUMBA_TYPES
@@ -47,18 +47,6 @@ from irc.backends.cuda.device import cuda_module, kernel_jit
 cuda = cuda_module()
 
 BACKEND_VERSION = {version}
-'''
-
-TYPES = """
-# Kernel argument types for numba: arrays are C-contiguous (::1) with a fixed rank.
-"""
-
-SIGNATURE_FN = '''
-
-def signature(*args, returns="void"):
-    return f"{returns}({', '.join(args)})"
-
-
 '''
 
 HELPERS = '''
