@@ -10,12 +10,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from irc import __version__
 from irc.diagnostics import IrcError, UsageError, os_error_words, render
+from irc.output_files import write_atomically
 
 EPILOG = """\
 examples:
@@ -57,29 +57,15 @@ def write_output(path: str | None, text: str) -> None:
         sys.stdout.write(text)
         return
     target = Path(path)
-    try:
-        if target.exists() and not target.is_file() and not target.is_dir():
-            # a device or a pipe (-o /dev/null): write through it; replacing it would destroy it
+    if target.exists() and not target.is_file() and not target.is_dir():
+        # a device or a pipe (-o /dev/null): write through it; replacing it would destroy it
+        try:
             with open(target, "w", encoding="utf-8") as f:
                 f.write(text)
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except OSError as e:
-        raise UsageError(f"cannot write '{path}': {_why_unwritable(target, e)}") from None
-
-
-def _why_unwritable(target: Path, e: OSError) -> str:
-    """Plain words for a failed write: name the path component that is in the way."""
-    blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        return f"'{blocker}' is not a folder"
-    if target.is_dir():
-        return "it is a folder"
-    return os_error_words(e)
+        except OSError as e:
+            raise UsageError(f"cannot write '{path}': {os_error_words(e)}") from None
+        return
+    write_atomically(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def emit_lints(graph, flags: list[str], context: int | None = None) -> bool:

@@ -71,6 +71,21 @@ def test_outputs_are_the_model_on_seeded_weights_and_inputs(model, tmp_path, irc
         np.testing.assert_allclose(saved[label], want[label], rtol=1e-5, atol=1e-6)
 
 
+def test_output_file_is_written_whole_and_leaves_no_temporary_files(model, tmp_path, irc_cli):
+    out = tmp_path / "deeper" / "out.npz"  # missing folders are made
+    assert irc_cli(["run", str(model), "-D", "T=2", "-o", str(out)]).rc == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.npz"]
+    assert sorted(np.load(out).files) == ["logits", "pooled"]
+
+
+def test_bad_output_path_is_refused_before_the_run(model, tmp_path, irc_cli):
+    (tmp_path / "taken.npz").mkdir()  # a folder where the file should go
+    r = irc_cli(["run", str(model), "-D", "T=2", "-o", str(tmp_path / "taken.npz")])
+    assert (r.rc, r.out) == (2, "")  # nothing ran: no statistics printed
+    assert r.err == f"irc: error: cannot write '{tmp_path / 'taken.npz'}': it is a folder\n"
+    assert list((tmp_path / "taken.npz").iterdir()) == []
+
+
 def test_same_seed_same_output(model, irc_cli):
     a = irc_cli(["run", str(model), "-D", "T=4", "--seed", "5"])
     b = irc_cli(["run", str(model), "-D", "T=4", "--seed", "5"])

@@ -12,9 +12,7 @@ passes are checked along with the kernels.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 
 from irc.diagnostics import IrcError, UsageError
 from irc.graph import Graph
+from irc.output_files import write_atomically
 from irc.runtime.compare import nonfinite, rel_error
 from irc.runtime.memory import available_bytes, estimate_bytes, fmt_bytes, parse_size
 
@@ -231,18 +230,11 @@ def check_outputs(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarra
     return ok
 
 
-def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
-    target = Path(path)
-    if target.suffix != ".npz":
+def save_outputs(path: str, outputs: dict[str, np.ndarray], *, rehearse: bool = False) -> None:
+    """Save the outputs to the .npz ``path``; ``rehearse`` checks the path before the run."""
+    if Path(path).suffix != ".npz":
         raise UsageError(f"-o: outputs are saved as .npz, got '{path}'")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **outputs)
-        os.replace(tmp, target)
-    except OSError as e:
-        raise UsageError(f"cannot write '{path}': {e.strerror or e}") from None
+    write_atomically(path, lambda f: np.savez(f, **outputs), rehearse=rehearse)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -252,6 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.tolerance is not None and not args.tolerance > 0:
         raise UsageError(f"--tolerance must be positive, got {args.tolerance}")
     tolerance = args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE
+    if args.output:
+        save_outputs(args.output, {}, rehearse=True)
     graph = load_bound_graph(args)
     guard_memory(graph, args.check, args.max_memory)
     given = load_input_files(graph, args.inputs)
