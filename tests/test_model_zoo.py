@@ -91,7 +91,9 @@ def _shapes(name: str) -> dict[str, tuple]:
 
 def test_published_configurations_show_in_weight_shapes() -> None:
     t5 = _shapes("t5_small")
-    assert sorted(s for k, s in t5.items() if k.endswith(".rel_bias")) == [(32, 8), (32, 8)]
+    # one relative-position table of 32 buckets × 8 heads per stack (HF: block 0's relative_attention_bias)
+    assert sorted((k, s) for k, s in t5.items() if "pos" in k) == [("decoder_pos.weight", (32, 8)),
+                                                                  ("encoder_pos.weight", (32, 8))]
     mistral = _shapes("mistral_7b")
     assert mistral["llama_decoder.0.attn.wk"] == (8 * 128, 4096)  # 8 KV heads of 128
     assert mistral["llama_decoder.31.mlp.w_gate"] == (14_336, 4096)
@@ -136,8 +138,9 @@ LIB_BLOCKS = {
     "llama_decoder(x, heads=4, ff=256)": ATTN + 3 * D * FF + 2 * D,
     # GQA with 1 KV head of 16: wk and wv shrink to 16 × 64 each
     "llama_decoder(x, heads=4, kv_heads=1, ff=256)": 2 * D * D + 2 * 16 * D + 3 * D * FF + 2 * D,
-    "t5_encoder(x, heads=4, ff=256, rel_buckets=32)": ATTN + FFN + 2 * D + 32 * HEADS,
-    "t5_decoder(x, mem, heads=4, ff=256)": 2 * ATTN + FFN + 3 * D,
+    "t5_encoder(x, rel_position_bias(x, heads=4), heads=4, ff=256)": ATTN + FFN + 2 * D + 32 * HEADS,
+    "t5_decoder(x, mem, rel_position_bias(x, heads=4, bidirectional=false), heads=4, ff=256)":
+        2 * ATTN + FFN + 3 * D + 32 * HEADS,
 }
 
 

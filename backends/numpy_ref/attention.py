@@ -63,6 +63,21 @@ def t5_buckets(t: int, s: int, buckets: int, max_distance: int, bidirectional: b
     return out + np.where(n < exact, n, large)
 
 
+def rel_bias(table: np.ndarray, t: int, s: int, buckets: int, max_distance: int, bidirectional: bool) -> np.ndarray:
+    """[1, H, T, S]: the table's row for the bucket of j − i, for every head."""
+    return np.moveaxis(table[t5_buckets(t, s, buckets, max_distance, bidirectional)], -1, 0)[None]
+
+
+def rel_position_bias(node: Node, args, w):
+    a = node.attrs
+    k = args[1] if len(args) > 1 else args[0]
+    return rel_bias(w["weight"], args[0].shape[1], k.shape[1], a["buckets"], a["max_distance"], a["bidirectional"])
+
+
+def _bias_4d(bias: np.ndarray) -> np.ndarray:
+    return bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
+
+
 def _heads(x: np.ndarray, n: int) -> np.ndarray:
     b, t, _ = x.shape
     return x.reshape(b, t, n, -1).transpose(0, 2, 1, 3)  # [B, n, T, hd]
@@ -80,15 +95,15 @@ def attention(node: Node, args, w):
     if a.get("rope"):
         theta = a.get("rope_theta") or 10000.0
         q, k = rope(q, theta), rope(k, theta)
-    bias = None
+    bias = _bias_4d(args[2]) if len(args) > 2 else None
     if a.get("rel_buckets") is not None:
-        buckets = t5_buckets(q.shape[2], k.shape[2], a["rel_buckets"], a.get("rel_max_distance") or 128,
-                             bidirectional=not a.get("causal"))
-        bias = np.moveaxis(w["rel_bias"][buckets], -1, 0)[None]  # [1, H, T, S]
+        table = rel_bias(w["rel_bias"], q.shape[2], k.shape[2], a["rel_buckets"], a.get("rel_max_distance") or 128,
+                         bidirectional=not a.get("causal"))
+        bias = table if bias is None else bias + table
     out = sdpa(q, k, v, bool(a.get("causal")), a.get("scale"), bias)
     b, _, t, _ = out.shape
     out = out.transpose(0, 2, 1, 3).reshape(b, t, -1)
     return affine(out, w["wo"], w.get("bo"))
 
 
-OPS = {"attention": attention}
+OPS = {"attention": attention, "rel_position_bias": rel_position_bias}

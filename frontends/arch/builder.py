@@ -573,6 +573,9 @@ class Builder:
                 if not isinstance(value, Tensor):
                     raise IrcError(f"input '{key}' of '{opdef.name}' must be a tensor, got {describe(value)}", kloc)
                 idx = input_names.index(key)
+                while len(tensors) < idx and (src := opdef.omitted.get(input_names[len(tensors)])) is not None \
+                        and input_names.index(src) < len(tensors):
+                    tensors.append(tensors[input_names.index(src)])
                 if idx != len(tensors):
                     raise IrcError(f"input '{key}' of '{opdef.name}' given out of order", kloc)
                 tensors.append(value)

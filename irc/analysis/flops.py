@@ -216,8 +216,9 @@ def _attention(node: Node, ins: list[TensorType], outs: list[TensorType]) -> Cos
     c.mac("attention", 2 * pairs * hd)  # Q·Kᵀ and probabilities·V
     c.add("softmax", SOFTMAX_PER_ELEMENT * pairs)
     c.add("elementwise", pairs)  # the score scale
-    if a["rel_buckets"] is not None:
-        c.add("elementwise", pairs)
+    biases = (a["rel_buckets"] is not None) + (len(ins) > 2)  # T5's table and an attn_bias input
+    if biases:
+        c.add("elementwise", biases * pairs)
     if a["rope"]:
         c.add("elementwise", 3 * (b * t * q_w + b * s * kv_w))  # x·cos + rotate(x)·sin
     if a["bias"]:
@@ -329,6 +330,7 @@ FLOP_TABLE: dict[str, CostFn] = {
     "mul": _per_element("elementwise"),
     "div": _per_element("elementwise"),
     "embedding": _free,
+    "rel_position_bias": _free,  # a gather from the bucket table
     "unembed": _unembed,
     "positional": _per_element("elementwise"),  # x + P
     "layernorm": _layernorm,

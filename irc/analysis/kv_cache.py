@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from irc.graph import Graph
-from irc.ops.attention import head_dim, kv_heads
+from irc.ops.attention import head_dim, is_cross, kv_heads
 from irc.types import DTYPE_BYTES
 
 
@@ -37,7 +37,7 @@ def analyse_kv(graph: Graph, kv_dtype: str, act_dtype: str) -> KVCache:
             continue
         x = types[node.inputs[0]]
         width = kv_heads(node.attrs) * head_dim(node.attrs, x.shape[-1])
-        if len(node.inputs) > 1:
+        if is_cross(node):
             kv = types[node.inputs[1]]
             cross += int(2 * kv.shape[0] * kv.shape[1] * width * per_number)
         elif node.attrs["causal"]:

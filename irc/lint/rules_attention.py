@@ -8,23 +8,23 @@ from irc.graph import Node
 from irc.lint.context import RECURRENT, LintContext
 from irc.lint.numbers import fixed, sci, sig
 from irc.lint.registry import Finding, rule
-from irc.ops.attention import head_dim
+from irc.ops.attention import head_dim, is_cross
 
 
 def gives_position(node: Node) -> bool:
     """Ops that let later layers tell positions apart."""
     if node.op == "attention":
         return bool(node.attrs.get("rope")) or node.attrs.get("rel_buckets") is not None
-    return node.op in ("positional", "conv1d") or node.op in RECURRENT
+    return node.op in ("positional", "conv1d", "rel_position_bias") or node.op in RECURRENT
 
 
 @rule("IRC-W101", "attention-no-position", "self-attention with no positional information upstream")
 def no_position(ctx: LintContext) -> list[Finding]:
     out = []
     for node in ctx.nodes("attention"):
-        if len(node.inputs) != 1 or gives_position(node):
+        if is_cross(node) or gives_position(node):
             continue
-        upstream = ctx.upstream_nodes(node.inputs[0])
+        upstream = [n for v in node.inputs[::2] for n in ctx.upstream_nodes(v)]  # x, and an attn_bias
         if any(gives_position(n) for n in upstream):
             continue
         if not any(n.op == "embedding" for n in upstream):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from irc.lint.context import LintContext
 from irc.lint.numbers import binary_bytes
 from irc.lint.registry import Finding, rule
-from irc.ops.attention import head_dim, kv_heads
+from irc.ops.attention import head_dim, is_cross, kv_heads
 
 KV_MAX_BYTES = 2**30  # per sequence at fp16: the chapter's GQA 7B holds 1 GiB at 8k tokens
 GQA_GROUP = 4  # the chapter's 32 query heads over 8 KV heads
@@ -13,7 +13,7 @@ GQA_GROUP = 4  # the chapter's 32 query heads over 8 KV heads
 
 @rule("IRC-W117", "attention-dominates", "attention costs more than the weight matmuls at the bound context")
 def attention_dominates(ctx: LintContext) -> list[Finding]:
-    layers = [n for n in ctx.nodes("attention") if len(n.inputs) == 1]
+    layers = [n for n in ctx.nodes("attention") if not is_cross(n)]
     if not layers or not ctx.nodes("ffn", "swiglu"):
         return []  # the chapter's comparison is within transformer blocks: self-attention against the FFN
     a = ctx.analysis
@@ -46,7 +46,7 @@ def attention_dominates(ctx: LintContext) -> list[Finding]:
 def kv_cache(ctx: LintContext) -> list[Finding]:
     from irc.analysis.kv_cache import analyse_kv
 
-    cached = [n for n in ctx.nodes("attention") if len(n.inputs) == 1 and n.attrs["causal"]]
+    cached = [n for n in ctx.nodes("attention") if not is_cross(n) and n.attrs["causal"]]
     if not cached or not ctx.concrete:
         return []
     if any(kv_heads(n.attrs) != n.attrs["heads"] for n in cached):

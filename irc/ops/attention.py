@@ -1,9 +1,12 @@
-"""Multi-head attention (self or cross; MHA, GQA, MQA; causal; RoPE)."""
+"""Multi-head attention (self or cross; MHA, GQA, MQA; causal; RoPE; an additive score bias)
+and the T5 relative-position bias that feeds it."""
 
 from __future__ import annotations
 
+from irc.graph import Node
 from irc.ops.common import need_float, need_rank
 from irc.ops.registry import Attr, OpDef, ShapeError, register
+from irc.types import TensorType
 
 
 def head_dim(a, d) -> int:
@@ -14,6 +17,21 @@ def head_dim(a, d) -> int:
 
 def kv_heads(a) -> int:
     return a["kv_heads"] if a["kv_heads"] is not None else a["heads"]
+
+
+def is_cross(node: Node) -> bool:
+    """Keys and values from another sequence (attention(x, x, bias) is self-attention)."""
+    return len(node.inputs) > 1 and node.inputs[1] != node.inputs[0]
+
+
+def check_score_bias(bias: TensorType, scores: tuple) -> None:
+    """An additive bias must broadcast to the scores [B, heads, T, S] without growing them."""
+    need_float(bias, "attention bias")
+    need_rank(bias, (2, 3, 4), "an attention bias [B|1, heads|1, T|1, S|1]")
+    for have, want in zip(bias.shape[::-1], scores[::-1]):
+        if have != 1 and have != want:
+            raise ShapeError(f"attention bias {bias} does not broadcast to the scores "
+                             f"[{', '.join(str(d) for d in scores)}] (B, heads, T, S)")
 
 
 def _infer(a, ts):
@@ -32,6 +50,8 @@ def _infer(a, ts):
         raise ShapeError(f"rope needs an even head dimension, got {head_dim(a, d)}")
     if x.shape[0] != kv.shape[0] and 1 not in (x.shape[0], kv.shape[0]):
         raise ShapeError(f"query batch {x.shape[0]} differs from key/value batch {kv.shape[0]}")
+    if len(ts) > 2:
+        check_score_bias(ts[2], (x.shape[0], a["heads"], x.shape[1], kv.shape[1]))
     return [x]
 
 
@@ -60,7 +80,7 @@ def _params(a, ts):
 
 
 register(OpDef(
-    "attention", ("x", "kv?"),
+    "attention", ("x", "kv?", "attn_bias?"),
     (
         Attr("heads", "posint"),
         Attr("kv_heads", "posint", None, doc="GQA groups; 1 is MQA; default = heads"),
@@ -74,5 +94,39 @@ register(OpDef(
         Attr("rel_max_distance", "posint", None, doc="default 128"),
     ),
     _infer, _params, aliases=("mha", "multihead_attention"),
-    doc="softmax(Q·Kᵀ·scale [+ causal mask])·V with projections wq, wk, wv, wo",
+    doc="softmax(Q·Kᵀ·scale [+ attn_bias] [+ causal mask])·V with projections wq, wk, wv, wo",
+    omitted={"kv": "x"},
+))
+
+
+# -- T5's relative-position bias: one table per stack, its [1, heads, T, S] bias fed to every layer
+
+
+def _rel_infer(a, ts):
+    q = ts[0]
+    k = ts[1] if len(ts) > 1 else q
+    need_rank(q, (3,), "queries [B, T, D]")
+    need_rank(k, (3,), "keys [B, S, D]")
+    exact = (a["buckets"] // 2 if a["bidirectional"] else a["buckets"]) // 2  # distances with a bucket each
+    if exact < 1:
+        raise ShapeError(f"buckets={a['buckets']} leaves no bucket per distance: T5's scheme needs at least "
+                         f"{4 if a['bidirectional'] else 2}{' when bidirectional' if a['bidirectional'] else ''}")
+    if a["max_distance"] <= exact:
+        raise ShapeError(f"max_distance={a['max_distance']} must be greater than {exact}: distances 0..{exact - 1} "
+                         f"have a bucket each and the log-spaced buckets cover {exact}..max_distance")
+    return [TensorType("f32", (1, a["heads"], q.shape[1], k.shape[1]))]
+
+
+register(OpDef(
+    "rel_position_bias", ("q", "k?"),
+    (
+        Attr("heads", "posint"),
+        Attr("buckets", "posint", 32),
+        Attr("max_distance", "posint", 128),
+        Attr("bidirectional", "bool", True, doc="false for causal self-attention (T5's decoder)"),
+    ),
+    _rel_infer, lambda a, ts: {"weight": (a["buckets"], a["heads"])},
+    aliases=("relative_position_bias",),
+    doc="T5's bias[0, h, i, j] = weight[bucket(j − i), h] for queries q and keys k (only their lengths "
+        "are read); pass it to attention(..., attn_bias=b) in every layer of the stack",
 ))

@@ -73,6 +73,9 @@ class OpDef:
     doc: str = ""
     aliases: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    # an optional input left out before one given by keyword takes another input's value:
+    # attention(x, attn_bias=b) is attention(x, x, b), self-attention with keys and values from x
+    omitted: dict[str, str] = field(default_factory=dict)
 
     @property
     def min_inputs(self) -> int:

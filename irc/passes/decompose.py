@@ -150,6 +150,15 @@ def _attention(ctx: Context, node: Node) -> Rewrite | None:
     rank = 5 if g != h else 4
     kt = e.op("transpose", [k], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]})
     scores = e.op("mul", [e.op("matmul", [q, kt])], {"scalar": float(scale)}, name=f"{node.outputs[0]}.scores")
+    if len(node.inputs) > 2:  # the additive bias, viewed as [B|1, H|1, T|1, S|1] (5-D under GQA)
+        bias = node.inputs[2]
+        shape = (1,) * (4 - len(ctx.types[bias].shape)) + tuple(ctx.types[bias].shape)
+        if g != h:
+            groups = (g, h // g) if shape[1] != 1 else (1, 1)
+            shape = (shape[0], *groups, *shape[2:])
+        if shape != tuple(ctx.types[bias].shape):
+            bias = e.op("reshape", [bias], {"shape": list(shape)})
+        scores = e.op("add", [scores, bias])
     if a["causal"]:
         scores = e.op("causal_mask", [scores])
     probs = e.op("softmax", [scores], {"axis": -1}, name=f"{node.outputs[0]}.probs")

@@ -32,8 +32,16 @@ def _strip_heads_view(ctx: Context, value: str) -> str:
     return value
 
 
+def _unview_bias(ctx: Context, value: str) -> str:
+    """The bias before decompose's GQA view of it (a reshape to 5-D): sdpa reads it by head index."""
+    r = ctx.prod(value, "reshape")
+    if r is not None and len(ctx.types[value].shape) == 5 and len(ctx.types[r.inputs[0]].shape) <= 4:
+        return r.inputs[0]
+    return value
+
+
 def fuse_attention_rule(ctx: Context, node: Node) -> Rewrite | None:
-    """matmul(softmax([causal_mask](mul(matmul(q, transpose(k)), s))), v) → sdpa(q, k, v)."""
+    """matmul(softmax([causal_mask]([add](mul(matmul(q, transpose(k)), s), bias))), v) → sdpa(q, k, v[, bias])."""
     if node.op != "matmul":
         return None
     probs, v = node.inputs
@@ -49,6 +57,14 @@ def fuse_attention_rule(ctx: Context, node: Node) -> Rewrite | None:
         causal, scores, reader = True, mask.inputs[0], mask
     else:
         reader = sm
+    bias = None
+    added = ctx.prod(scores, "add")
+    if added is not None:  # an additive score bias (T5's relative positions, a padding mask)
+        if not ctx.only_user(scores, reader):
+            return None
+        scores, bias, reader = added.inputs[0], _unview_bias(ctx, added.inputs[1]), added
+        if len(ctx.types[bias].shape) > 4:
+            return None
     scaled = ctx.prod(scores, "mul")
     if scaled is None or scaled.attrs["scalar"] is None or not ctx.only_user(scores, reader):
         return None
@@ -64,13 +80,14 @@ def fuse_attention_rule(ctx: Context, node: Node) -> Rewrite | None:
     if any(len(ctx.types[x].shape) != 4 for x in (q4, k4, v4)):
         return None
     attrs = {"scale": scaled.attrs["scalar"], "causal": causal}
+    operands = [q4, k4, v4] + ([bias] if bias is not None else [])
     if rank == 5:  # the 5-D context is reshaped back to [B, H, T, hd] by its only reader
         readers = ctx.users.get(node.outputs[0], [])
         if len(readers) != 1 or readers[0].op != "reshape" or node.outputs[0] in ctx.outputs:
             return None
-        fused = ctx.node("sdpa", [q4, k4, v4], attrs, node, names=list(readers[0].outputs))
+        fused = ctx.node("sdpa", operands, attrs, node, names=list(readers[0].outputs))
         return Rewrite([fused], remove=[readers[0]])
-    return Rewrite([ctx.node("sdpa", [q4, k4, v4], attrs, node, names=list(node.outputs))])
+    return Rewrite([ctx.node("sdpa", operands, attrs, node, names=list(node.outputs))])
 
 
 # -- residual add + norm -----------------------------------------------------------------------
