@@ -1,4 +1,5 @@
-"""Shared helpers for the cpu backend tests (this module holds no tests).
+"""Shared helpers for the cpu backend tests (this module holds no tests); what the cuda
+backend tests share with them is in :mod:`backend_cases`.
 
 Expected values come from the NumPy reference interpreter run in float64, or from NumPy
 formulas written out in the tests — never from the cpu backend itself.
@@ -6,56 +7,16 @@ formulas written out in the tests — never from the cpu backend itself.
 
 from __future__ import annotations
 
-from math import prod
 from pathlib import Path
 
 import numpy as np
 import pytest
+from backend_cases import build, random_inputs, random_weights, reference
 
-from irc.analysis.params import weight_table
-from irc.graph import Graph
-from irc.runtime.graphs import graph_from_source
+__all__ = ["TOLERANCE", "assert_matches", "build", "cpu_cache", "random_inputs", "random_weights", "reference",
+           "rel_error"]
 
 TOLERANCE = 2e-5  # normwise: max |cpu - ref| / max |ref|, float32 kernels against a float64 reference
-
-
-def build(source: str, **bindings: int) -> Graph:
-    return graph_from_source(source, bindings or None)
-
-
-def random_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Weights scaled so activations stay near unit size (1/sqrt(fan-in) for matrices)."""
-    rng = np.random.default_rng(seed)
-    params, buffers = weight_table(graph)
-    out: dict[str, np.ndarray] = {}
-    for key, shape in sorted({**params, **buffers}.items()):
-        shape = tuple(int(d) for d in shape)
-        if key.endswith("running_var"):
-            a = rng.uniform(0.5, 1.5, shape)
-        elif len(shape) >= 2:
-            a = rng.standard_normal(shape) / np.sqrt(prod(shape[1:]))
-        else:
-            a = rng.standard_normal(shape) * 0.5
-        out[key] = a.astype(np.float32)
-    return out
-
-
-def random_inputs(graph: Graph, seed: int = 1, id_bound: int = 8) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out: dict[str, np.ndarray] = {}
-    for node in graph.inputs():
-        shape = tuple(int(d) for d in node.type.shape)
-        if node.type.is_float:
-            out[node.outputs[0]] = rng.standard_normal(shape).astype(np.float32)
-        else:
-            out[node.outputs[0]] = rng.integers(0, id_bound, shape).astype(np.int32)
-    return out
-
-
-def reference(graph: Graph, weights: dict, inputs: dict) -> dict[str, np.ndarray]:
-    from irc.backends.numpy_ref import run_graph
-
-    return run_graph(graph, weights, inputs, np.float64)
 
 
 def rel_error(got: np.ndarray, want: np.ndarray) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from backend_cases import BINARY_OUTPUTS, ELEMENTWISE_INPUTS, UNARY_OUTPUTS
 from test_cpu_backend_helpers import assert_matches, build, cpu_cache, random_inputs, random_weights, reference
 
 from irc.backends.cpu import compile_graph
@@ -15,34 +16,16 @@ from irc.diagnostics import IrcError
 
 _ = cpu_cache  # a fixture, used by name below
 
-ELEMENTWISE = """
-model elementwise_family(B) {
-  input x: f32[B, 3, 8]
-  input v: f32[8]
-  input r: f32[B, 1, 8]
-  input s: f32[1, 3, 1]
+ELEMENTWISE = f"""
+model elementwise_family(B) {{
+{ELEMENTWISE_INPUTS}\
   input big: f32[3, 5]
-  output y_relu = relu(x)
-  output y_leaky = leaky_relu(x, slope=0.2)
-  output y_gelu = gelu(x)
-  output y_gelu_tanh = gelu(x, approx=tanh)
-  output y_silu = silu(x)
-  output y_tanh = tanh(x)
-  output y_sigmoid = sigmoid(x)
-  output y_abs = abs(x)
-  output y_identity = identity(x)
-  output y_dropout = dropout(x, 0.5)
+{UNARY_OUTPUTS}\
   output y_softmax = softmax(x)
   output y_softmax_mid = softmax(x, axis=1)
   output y_softmax_big = softmax(big)
-  output y_add = x + x
-  output y_add_rows = x + v
-  output y_sub_rows_first = v - x
-  output y_mul_broadcast = r * s
-  output y_div_scalar = x / 4
-  output y_rsub_scalar = 2 - x
-  output y_rdiv_scalar = 1 / (abs(x) + 1)
-}
+{BINARY_OUTPUTS}\
+}}
 """
 
 LAYERS = """

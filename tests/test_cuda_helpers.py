@@ -7,19 +7,23 @@ from the backend make it usable: ``simfast`` (barriers without busy polling) and
 ``simwarp`` (an emulation of ``shfl_xor_sync``, so the GPU's warp-shuffle path runs too).
 
 Expected values come from the NumPy reference interpreter in float64 or from NumPy
-formulas, never from the cuda backend itself.
+formulas, never from the cuda backend itself. What the cpu backend tests share with these
+is in :mod:`backend_cases`.
 """
 
 from __future__ import annotations
 
-from math import prod
 from pathlib import Path
 
 import numpy as np
 import pytest
+from backend_cases import random_inputs, random_weights, reference
 
 from irc.backends.cuda import simfast, simwarp
 from irc.backends.cuda.device import use_simulator
+
+__all__ = ["CUDA", "TOLERANCE", "assert_close", "check_graph", "cuda_cache", "poisoned", "random_inputs",
+           "random_weights", "reference", "rel_error"]
 
 CUDA = use_simulator()
 simfast.install()
@@ -44,43 +48,6 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float = TOLERANCE) -> N
 def poisoned(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
     """An output buffer full of NaN: any element a kernel fails to write shows."""
     return np.full(shape, np.nan, dtype)
-
-
-def random_weights(graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Weights scaled so activations stay near unit size (1/sqrt(fan-in) for matrices)."""
-    from irc.analysis.params import weight_table
-
-    rng = np.random.default_rng(seed)
-    params, buffers = weight_table(graph)
-    out: dict[str, np.ndarray] = {}
-    for key, shape in sorted({**params, **buffers}.items()):
-        shape = tuple(int(d) for d in shape)
-        if key.endswith("running_var"):
-            a = rng.uniform(0.5, 1.5, shape)
-        elif len(shape) >= 2:
-            a = rng.standard_normal(shape) / np.sqrt(prod(shape[1:]))
-        else:
-            a = rng.standard_normal(shape) * 0.5
-        out[key] = a.astype(np.float32)
-    return out
-
-
-def random_inputs(graph, seed: int = 1, id_bound: int = 8) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out: dict[str, np.ndarray] = {}
-    for node in graph.inputs():
-        shape = tuple(int(d) for d in node.type.shape)
-        if node.type.is_float:
-            out[node.outputs[0]] = rng.standard_normal(shape).astype(np.float32)
-        else:
-            out[node.outputs[0]] = rng.integers(0, id_bound, shape).astype(np.int32)
-    return out
-
-
-def reference(graph, weights: dict, inputs: dict) -> dict[str, np.ndarray]:
-    from irc.backends.numpy_ref import run_graph
-
-    return run_graph(graph, weights, inputs, np.float64)
 
 
 def check_graph(compiled, graph, seed: int = 0, tol: float = TOLERANCE, id_bound: int = 8) -> dict[str, float]:

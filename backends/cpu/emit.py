@@ -2,19 +2,19 @@
 
 The text is a pure function of the graph (and this backend's version): kernels appear in
 order of first use, values are named ``v0, v1, ...`` in graph order, and nothing from the
-model file becomes code (see :mod:`irc.backends.cpu.literals`).
+model file becomes code (see :mod:`irc.backends.literals`).
 """
 
 from __future__ import annotations
 
-from irc.analysis.params import node_params
 from irc.backends.cpu.layout import wrap_call
-from irc.backends.cpu.literals import comment_text, shape_literal, str_literal
-from irc.backends.cpu.module import NUMBA_TYPES, ModuleParts
+from irc.backends.cpu.module import INPUT_ERROR, ModuleParts, signature_tables
 from irc.backends.cpu.render import RENDERERS, NodeCtx
-from irc.backends.cpu.render.context import concrete, np_dtype
+from irc.backends.cpu.render.context import np_dtype
 from irc.backends.cpu.schedule import Schedule
-from irc.diagnostics import IrcError
+from irc.backends.emit_checks import check_concrete, check_derived_keys, renderer
+from irc.backends.emit_common import io_tables, last_uses, node_weights, weight_shapes
+from irc.backends.literals import comment_text, str_literal, tuple_literal
 from irc.graph import Graph, Node
 
 BACKEND_VERSION = 2
@@ -41,77 +41,19 @@ from numba.extending import intrinsic
 BACKEND_VERSION = {version}
 '''
 
-TYPES = """
-# Kernel argument types for numba: arrays are C-contiguous (::1) with a fixed rank.
-"""
-
-SIGNATURE_FN = '''
-
-def signature(*args, returns="void"):
-    return f"{returns}({', '.join(args)})"
-
-
-'''
-
-INPUT_ERROR = '''
-
-class InputError(ValueError):
-    """An input this graph cannot run on (such as a token id outside the table)."""
-'''
-
-
-def check_concrete(graph: Graph) -> None:
-    """Kernels are written for concrete sizes: every symbol must be bound."""
-    for node in graph.nodes:
-        if not node.types:
-            raise IrcError(f"cpu backend: '{node.op}' has no type; run shape inference first", node.loc)
-        for t in node.types:
-            syms = t.symbols()
-            if syms:
-                names = ", ".join(sorted(syms))
-                raise IrcError(f"cpu backend: '{node.op}' result {t} has unbound sizes ({names}); "
-                               "bind them with -D NAME=VALUE", node.loc)
-
-
-def weight_shapes(graph: Graph) -> dict[str, tuple[int, ...]]:
-    """Every parameter and buffer key the graph reads, in graph order, with its shape."""
-    types = graph.value_types()
-    out: dict[str, tuple[int, ...]] = {}
-    for node in graph.nodes:
-        params, buffers = node_params(node, types)
-        for name, shape in {**params, **buffers}.items():
-            out.setdefault(f"{node.weights}.{name}", concrete(shape))
-    return out
-
-
-def _last_uses(graph: Graph) -> dict[int, list[str]]:
-    """Node index -> values that die there (their last reader, or their producer if nothing
-    reads them), so the driver frees them early; outputs are kept."""
-    keep = {v for _, v in graph.outputs}
-    last: dict[str, int] = {}
-    for i, node in enumerate(graph.nodes):
-        for v in node.inputs + node.outputs:
-            last[v] = i
-    out: dict[int, list[str]] = {}
-    for v, i in last.items():
-        if v not in keep:
-            out.setdefault(i, []).append(v)
-    return out
-
-
 def _render_input(node: Node, var: str, parts: ModuleParts) -> None:
     parts.line(f"{var} = np.ascontiguousarray(inputs[{str_literal(node.outputs[0])}], dtype={np_dtype(node.type)})")
 
 
 def build_parts(graph: Graph, reuse: bool = True) -> tuple[ModuleParts, dict[str, tuple[int, ...]]]:
     """The module's pieces; ``reuse`` lets results take dead buffers (see :mod:`..schedule`)."""
-    check_concrete(graph)
+    check_concrete(graph, NodeCtx.BACKEND)
     parts = ModuleParts()
     shapes = weight_shapes(graph)
     types = graph.value_types()
     producers = graph.producers()
     var: dict[str, str] = {}
-    frees = _last_uses(graph)
+    frees = last_uses(graph)
     schedule = Schedule(graph) if reuse else None
     for i, node in enumerate(graph.nodes):
         parts.step = i
@@ -121,13 +63,10 @@ def build_parts(graph: Graph, reuse: bool = True) -> tuple[ModuleParts, dict[str
         if node.op == "input":
             _render_input(node, outs[0], parts)
         else:
-            render = RENDERERS.get(node.op)
-            if render is None:
-                raise IrcError(f"cpu backend: no kernel for op '{node.op}'", node.loc)
-            params, buffers = node_params(node, types)
-            ctx = NodeCtx(node, parts, [var[v] for v in node.inputs], outs, [types[v] for v in node.inputs],
-                          list(node.types), {k: concrete(s) for k, s in {**params, **buffers}.items()}, shapes,
-                          index=i, schedule=schedule, producers=producers)
+            render = renderer(RENDERERS, node.op, node, NodeCtx.BACKEND)
+            ctx = NodeCtx(node=node, parts=parts, in_types=[types[v] for v in node.inputs], out_types=list(node.types),
+                          params=node_weights(node, types), weight_keys=shapes, args=[var[v] for v in node.inputs],
+                          outs=outs, index=i, schedule=schedule, producers=producers)
             parts.line(ctx.describe())
             render(ctx)
         var.update(zip(node.outputs, outs))
@@ -138,9 +77,7 @@ def build_parts(graph: Graph, reuse: bool = True) -> tuple[ModuleParts, dict[str
     parts.step = -1
     items = ", ".join(f"{str_literal(label)}: {var[v]}" for label, v in graph.outputs)
     parts.line(f"return {{{items}}}")
-    for key in parts.derived:
-        if key in shapes:
-            raise IrcError(f"cpu backend: derived weight key {key!r} collides with a weight of the graph")
+    check_derived_keys(parts.derived, shapes, NodeCtx.BACKEND)
     return parts, shapes
 
 
@@ -156,24 +93,9 @@ def emit_module(graph: Graph, reuse: bool = True) -> tuple[str, dict[int, int], 
     parts, shapes = build_parts(graph, reuse)
     name = comment_text(graph.name, 60)
     out = [HEAD.format(version=BACKEND_VERSION, name=name)]
-    out.append("WEIGHTS = (  # (key, shape), in graph order\n")
-    out += [f"    ({str_literal(k)}, {shape_literal(s)}),\n" for k, s in shapes.items()]
-    out.append(")\n")
-    out.append("INPUTS = (  # (name, dtype, shape)\n")
-    for n in graph.inputs():
-        spec = f"{str_literal(n.outputs[0])}, {str_literal(n.type.dtype)}, {shape_literal(concrete(n.type.shape))}"
-        out.append(f"    ({spec}),\n")
-    out.append(")\n")
-    labels = [str_literal(label) for label, _ in graph.outputs]
-    out.append("OUTPUTS = (" + ", ".join(labels) + ("," if len(labels) == 1 else "") + ")\n")
-    derived = [str_literal(k) for k in parts.derived]
-    out.append("DERIVED = (" + ", ".join(derived) + ("," if len(derived) == 1 else "") + ")  # see derive()\n")
-    out.append(TYPES)
-    out += [f"{name} = {str_literal(spelling)}\n" for name, spelling in NUMBA_TYPES.items()]
-    out.append(SIGNATURE_FN)
-    out.append("SIGNATURES = (  # (kernel, numba signature): irc compiles each one eagerly\n")
-    out += [f"    ({str_literal(k.name)}, {k.signature_code}),\n" for k in parts.kernels.values()]
-    out.append(")\n")
+    out += io_tables(graph, shapes, "(key, shape), in graph order")
+    out.append(f"DERIVED = {tuple_literal([str_literal(k) for k in parts.derived])}  # see derive()\n")
+    out += signature_tables(parts.kernels.values(), "(kernel, numba signature): irc compiles each one eagerly")
     out.append(INPUT_ERROR)
     for source in parts.devices.values():
         out.append("\n\n" + source)

@@ -14,12 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from irc.backends.cpu.kernel_library import KernelLibrary
 
 Progress = Callable[[int, int, str], None]  # (kernels done, kernels in all, what now)
+S = TypeVar("S")  # a loader's statistics
+PREFIX = "irc_cpu"  # sys.modules names of the generated modules: irc_cpu_<key>
 
 
 @dataclass
@@ -31,8 +33,9 @@ class LoadStats:
     retried: bool = False  # Numba's cache was unreadable and was cleared once
 
 
-def import_module(path: Path, key: str) -> ModuleType:
-    name = f"irc_cpu_{key[:24]}"
+def import_module(path: Path, key: str, prefix: str = PREFIX) -> ModuleType:
+    """Import the generated module at ``path`` as ``<prefix>_<key>`` (the cuda backend's too)."""
+    name = f"{prefix}_{key[:24]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
@@ -107,25 +110,35 @@ def numba_cache_files(path: Path) -> list[Path]:
     return sorted(p for p in pycache.iterdir() if p.name.startswith(path.stem + ".") and p.suffix in (".nbi", ".nbc"))
 
 
+def import_and_compile(path: Path, key: str, prefix: str,
+                       compile_all: Callable[[ModuleType, bool], S]) -> tuple[ModuleType, S]:
+    """Import the module and compile its kernels (``compile_all(module, retried)`` returns the
+    stats). A truncated or corrupted Numba cache file raises from pickle or the index reader:
+    then clear this module's files and do it again, once; a real error recurs and propagates."""
+    module = import_module(path, key, prefix)
+    try:
+        return module, compile_all(module, False)
+    except Exception:
+        for f in numba_cache_files(path):
+            f.unlink(missing_ok=True)
+        module = import_module(path, key, prefix)
+        return module, compile_all(module, True)
+
+
 def load(path: Path, key: str, progress: Progress | None = None,
          library: KernelLibrary | None = None) -> tuple[ModuleType, LoadStats]:
     """Import and compile; if Numba's cache for this module is unreadable, clear it and retry once."""
     start = time.perf_counter()
-    stats = LoadStats()
-    module = import_module(path, key)
     if library is not None:
-        _compile_all(module, progress, stats, library)
-        stats.seconds = time.perf_counter() - start
-        return module, stats
-    try:
-        _compile_all(module, progress, stats)
-    except Exception:
-        # A truncated or corrupted Numba cache file raises from pickle or the index reader.
-        # Clear this module's files and compile again; a real error will recur and propagate.
-        for f in numba_cache_files(path):
-            f.unlink(missing_ok=True)
-        stats = LoadStats(retried=True)
+        stats = LoadStats()
         module = import_module(path, key)
-        _compile_all(module, progress, stats)
+        _compile_all(module, progress, stats, library)
+    else:
+        def compile_all(module: ModuleType, retried: bool) -> LoadStats:
+            stats = LoadStats(retried=retried)
+            _compile_all(module, progress, stats)
+            return stats
+
+        module, stats = import_and_compile(path, key, PREFIX, compile_all)
     stats.seconds = time.perf_counter() - start
     return module, stats

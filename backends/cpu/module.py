@@ -1,10 +1,12 @@
-"""The pieces of one generated module: its kernels (shared by name) and the driver's lines."""
+"""The pieces of one generated module: its kernels (shared by name) and the driver's lines,
+and the text every generated module holds (argument types, signatures, its input error)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from irc.backends.cpu.literals import check_identifier
+from irc.backends.literals import check_identifier, str_literal
 
 # Argument kinds of kernels, by the names the generated module gives them. Every array
 # is C-contiguous with a fixed rank, so one compiled signature serves every call site.
@@ -63,6 +65,41 @@ class Kernel:
         """The same signature as the generated module writes it: ``signature(A2, F32)``."""
         ret = "" if self.returns == "void" else f", returns={self.returns}"
         return f"signature({', '.join(self.args)}{ret})"
+
+
+# Text every generated module holds: the error its driver raises for a bad input, and the
+# message for a token id outside an embedding table (an f-string of the driver's locals).
+INPUT_ERROR = '''
+
+class InputError(ValueError):
+    """An input this graph cannot run on (such as a token id outside the table)."""
+'''
+BAD_TOKEN_ID = 'f"{where}: token id {token} at flat position {position} is outside [0, {vocab})"'
+
+# The generated module's preamble for SIGNATURES: the argument-type names and a helper.
+TYPES = """
+# Kernel argument types for numba: arrays are C-contiguous (::1) with a fixed rank.
+"""
+
+SIGNATURE_FN = '''
+
+def signature(*args, returns="void"):
+    return f"{returns}({', '.join(args)})"
+
+
+'''
+
+
+def signature_tables(kernels: Iterable[Kernel], note: str) -> list[str]:
+    """The argument-type names, ``signature()``, and SIGNATURES (``note`` comments it): the
+    same in every generated module that compiles its kernels eagerly."""
+    out = [TYPES]
+    out += [f"{name} = {str_literal(spelling)}\n" for name, spelling in NUMBA_TYPES.items()]
+    out.append(SIGNATURE_FN)
+    out.append(f"SIGNATURES = (  # {note}\n")
+    out += [f"    ({str_literal(k.name)}, {k.signature_code}),\n" for k in kernels]
+    out.append(")\n")
+    return out
 
 
 @dataclass

@@ -17,8 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from irc.analysis.memory import ALIASES
-from irc.backends.cpu.literals import shape_literal
 from irc.backends.cpu.module import ModuleParts
+from irc.backends.literals import shape_literal
 from irc.graph import Graph
 
 # ops the driver renders as views of their operand (a subset of the analysis' ALIASES:

@@ -3,22 +3,21 @@
 The text is a pure function of the fused graph and this backend's version: kernels appear in
 order of first use, every value is ``V[i]``/``F[i]`` in graph order, and nothing from the
 model file becomes code (names reach the module only through
-:mod:`irc.backends.cpu.literals`). The graph is fused here (``PASSES["fuse"]``), so callers
+:mod:`irc.backends.literals`). The graph is fused here (``PASSES["fuse"]``), so callers
 may hand in the graph as built.
 """
 
 from __future__ import annotations
 
-from irc.analysis.params import node_params
-from irc.backends.cpu.emit import SIGNATURE_FN, TYPES, weight_shapes  # the generated preamble is shared
 from irc.backends.cpu.layout import wrap_call
-from irc.backends.cpu.literals import comment_text, shape_literal, str_literal
-from irc.backends.cpu.module import NUMBA_TYPES
+from irc.backends.cpu.module import BAD_TOKEN_ID, INPUT_ERROR, signature_tables
 from irc.backends.cuda.module import CudaParts
 from irc.backends.cuda.plan import DTYPES
 from irc.backends.cuda.render import RENDERERS
-from irc.backends.cuda.render.context import Ctx, concrete, device_dtype
-from irc.diagnostics import IrcError
+from irc.backends.cuda.render.context import Ctx, device_dtype
+from irc.backends.emit_checks import check_concrete, renderer
+from irc.backends.emit_common import concrete, io_tables, last_uses, node_weights, weight_shapes
+from irc.backends.literals import comment_text, shape_literal, str_literal, tuple_literal
 from irc.graph import Graph, Node
 from irc.ops import canonical_name
 
@@ -49,11 +48,7 @@ cuda = cuda_module()
 BACKEND_VERSION = {version}
 '''
 
-HELPERS = '''
-
-class InputError(ValueError):
-    """An input this graph cannot run on (such as a token id outside the table)."""
-
+HELPERS = INPUT_ERROR + '''
 
 def check_ids(ids, vocab, where):
     """Token ids are checked on the host before the gather reads the table with them."""
@@ -61,7 +56,7 @@ def check_ids(ids, vocab, where):
     if bad.any():
         position = int(np.flatnonzero(bad.reshape(-1))[0])
         token = int(ids.reshape(-1)[position])
-        raise InputError(f"{where}: token id {token} at flat position {position} is outside [0, {vocab})")
+        raise InputError(''' + BAD_TOKEN_ID + ''')
 
 
 def use_reduction(path):
@@ -79,32 +74,6 @@ def fuse(graph: Graph) -> Graph:
     return PASSES["fuse"](graph)
 
 
-def check_concrete(graph: Graph) -> None:
-    for node in graph.nodes:
-        if not node.types:
-            raise IrcError(f"cuda backend: '{node.op}' has no type; run shape inference first", node.loc)
-        for t in node.types:
-            syms = t.symbols()
-            if syms:
-                names = ", ".join(sorted(syms))
-                raise IrcError(f"cuda backend: '{node.op}' result {t} has unbound sizes ({names}); "
-                               "bind them with -D NAME=VALUE", node.loc)
-
-
-def _last_uses(graph: Graph) -> dict[int, list[str]]:
-    """Node index -> values read for the last time there (or never read: their producer)."""
-    keep = {v for _, v in graph.outputs}
-    last: dict[str, int] = {}
-    for i, node in enumerate(graph.nodes):
-        for v in node.inputs + node.outputs:
-            last[v] = i
-    out: dict[int, list[str]] = {}
-    for v, i in last.items():
-        if v not in keep:
-            out.setdefault(i, []).append(v)
-    return out
-
-
 def _render_input(node: Node, parts: CudaParts, index: int) -> None:
     t = node.type
     dtype = DTYPES[device_dtype(t)]
@@ -115,14 +84,14 @@ def _render_input(node: Node, parts: CudaParts, index: int) -> None:
 
 def build_parts(graph: Graph) -> tuple[CudaParts, dict[str, tuple[int, ...]], dict[str, int]]:
     """Render every node; returns the parts, the weight shapes and value name -> index."""
-    check_concrete(graph)
+    check_concrete(graph, Ctx.BACKEND)
     parts = CudaParts()
     read = {v for node in graph.nodes for v in node.inputs} | {v for _, v in graph.outputs}
     parts.unread = {v for node in graph.nodes for v in node.outputs if v not in read}
     shapes = weight_shapes(graph)
     types = graph.value_types()
     var: dict[str, int] = {}
-    dying = _last_uses(graph)
+    dying = last_uses(graph)
     for i, node in enumerate(graph.nodes):
         op = canonical_name(node.op)
         if op == "input":
@@ -133,12 +102,9 @@ def build_parts(graph: Graph) -> tuple[CudaParts, dict[str, tuple[int, ...]], di
             key = f"{node.weights}.{node.attrs['name']}"
             outs = [parts.plan.weight_value(key, concrete(node.type.shape))]
         else:
-            render = RENDERERS.get(op)
-            if render is None:
-                raise IrcError(f"cuda backend: no kernel for op '{node.op}'", node.loc)
-            params, buffers = node_params(node, types)
-            ctx = Ctx(node, parts, [var[v] for v in node.inputs], [types[v] for v in node.inputs],
-                      list(node.types), {k: concrete(s) for k, s in {**params, **buffers}.items()}, shapes)
+            render = renderer(RENDERERS, op, node, Ctx.BACKEND)
+            ctx = Ctx(node=node, parts=parts, in_types=[types[v] for v in node.inputs], out_types=list(node.types),
+                      params=node_weights(node, types), weight_keys=shapes, ins=[var[v] for v in node.inputs])
             parts.line(ctx.describe())
             render(ctx)
             if any(o is None for o in ctx.outs):  # pragma: no cover - a renderer bug
@@ -153,11 +119,6 @@ def build_parts(graph: Graph) -> tuple[CudaParts, dict[str, tuple[int, ...]], di
     return parts, shapes, var
 
 
-def _tuple(items) -> str:
-    items = [str(int(i)) for i in items]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
 def emit_source(graph: Graph) -> str:
     """The module's full text for ``graph`` (fused here); deterministic."""
     return emit_fused(fuse(graph))
@@ -168,29 +129,14 @@ def emit_fused(graph: Graph) -> str:
     plan = parts.plan
     name = comment_text(graph.name, 60)
     out = [HEAD.format(version=BACKEND_VERSION, name=name, launches=parts.launches)]
-    out.append("WEIGHTS = (  # (key, shape), in graph order; '#<n>' keys are derived by prepare()\n")
-    out += [f"    ({str_literal(k)}, {shape_literal(s)}),\n" for k, s in shapes.items()]
-    out.append(")\n")
-    out.append("INPUTS = (  # (name, dtype, shape)\n")
-    for n in graph.inputs():
-        spec = f"{str_literal(n.outputs[0])}, {str_literal(n.type.dtype)}, {shape_literal(concrete(n.type.shape))}"
-        out.append(f"    ({spec}),\n")
-    out.append(")\n")
-    labels = [str_literal(label) for label, _ in graph.outputs]
-    out.append("OUTPUTS = (" + ", ".join(labels) + ("," if len(labels) == 1 else "") + ")\n")
-    out.append(f"INPUT_VALUES = {_tuple(var[n.outputs[0]] for n in graph.inputs())}  # V[i] of each input\n")
-    out.append(f"OUTPUT_VALUES = {_tuple(var[v] for _, v in graph.outputs)}  # V[i] of each output\n")
+    out += io_tables(graph, shapes, "(key, shape), in graph order; '#<n>' keys are derived by prepare()")
+    out.append(f"INPUT_VALUES = {shape_literal([var[n.outputs[0]] for n in graph.inputs()])}  # V[i] of each input\n")
+    out.append(f"OUTPUT_VALUES = {shape_literal([var[v] for _, v in graph.outputs])}  # V[i] of each output\n")
     out.append(f"SLOTS = {plan.slot_literal()}  # (dtype, elements): device buffers, reused across values\n")
     out.append(f"NVALUES = {len(plan.values)}\n")
     out.append(f"LAUNCHES = {parts.launches}  # kernel launches per run (a recurrent loop counts once)\n")
-    reducing = [str_literal(k) for k in parts.reducing]
-    out.append("REDUCING = (" + ", ".join(reducing) + ("," if len(reducing) == 1 else "") + ")\n")
-    out.append(TYPES)
-    out += [f"{tname} = {str_literal(spelling)}\n" for tname, spelling in NUMBA_TYPES.items()]
-    out.append(SIGNATURE_FN)
-    out.append("SIGNATURES = (  # (kernel, numba signature): irc compiles each one it uses eagerly\n")
-    out += [f"    ({str_literal(k.name)}, {k.signature_code}),\n" for k in parts.kernels.values()]
-    out.append(")\n")
+    out.append(f"REDUCING = {tuple_literal([str_literal(k) for k in parts.reducing])}\n")
+    out += signature_tables(parts.kernels.values(), "(kernel, numba signature): irc compiles each one it uses eagerly")
     out.append(HELPERS)
     for k in parts.kernels.values():
         out.append("\n\n" + k.source)

@@ -7,18 +7,16 @@ known. The simulator compiles nothing: its kernels are the Python functions them
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from irc.backends.cpu.loader import numba_cache_files
+from irc.backends.cpu.loader import Progress, import_and_compile
+from irc.backends.cpu.loader import import_module as import_generated
 from irc.backends.cuda.module import PATHS
 
-Progress = Callable[[int, int, str], None]  # (kernels done, kernels in all, what now)
+PREFIX = "irc_cuda"  # sys.modules names of the generated modules: irc_cuda_<key>
 
 
 @dataclass
@@ -30,14 +28,7 @@ class LoadStats:
 
 
 def import_module(path: Path, key: str) -> ModuleType:
-    name = f"irc_cuda_{key[:24]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # numba finds a function's module by name
-    spec.loader.exec_module(module)
-    return module
+    return import_generated(path, key, PREFIX)
 
 
 def kernels_for(module: ModuleType, path: str) -> list[tuple[str, str]]:
@@ -67,17 +58,12 @@ def load(path: Path, key: str, reduction: str, simulator: bool,
          progress: Progress | None = None) -> tuple[ModuleType, LoadStats]:
     """Import and compile; if numba's cache for this module is unreadable, clear it and retry once."""
     start = time.perf_counter()
-    stats = LoadStats()
-    module = import_module(path, key)
-    try:
+
+    def compile_all(module: ModuleType, retried: bool) -> LoadStats:
+        stats = LoadStats(retried=retried)
         _compile_all(module, reduction, simulator, progress, stats)
-    except Exception:
-        # A truncated or corrupted cache file raises from pickle or the index reader. Clear
-        # this module's files and compile again; a real error recurs and propagates.
-        for f in numba_cache_files(path):
-            f.unlink(missing_ok=True)
-        stats = LoadStats(retried=True)
-        module = import_module(path, key)
-        _compile_all(module, reduction, simulator, progress, stats)
+        return stats
+
+    module, stats = import_and_compile(path, key, PREFIX, compile_all)
     stats.seconds = time.perf_counter() - start
     return module, stats

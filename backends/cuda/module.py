@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from irc.backends.cpu.literals import check_identifier, str_literal
 from irc.backends.cpu.module import Kernel, ModuleParts
 from irc.backends.cuda.plan import Plan
+from irc.backends.literals import check_identifier, str_literal
 
 PATHS = ("shuffle", "shared")
 

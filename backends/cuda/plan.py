@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
-from irc.backends.cpu.literals import shape_literal, str_literal
+from irc.backends.literals import shape_literal, str_literal
 
 DTYPES = {"f32": "np.float32", "i64": "np.int64"}
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from irc.backends.cpu.literals import f32_literal, float_literal, shape_literal
 from irc.backends.cpu.module import A1, A2, A3, F32, F64, I2, I64, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.literals import f32_literal, float_literal, shape_literal
 
 JIT = jit()
 
@@ -72,6 +72,20 @@ def {name}(x, kv, wq, bq, wk, bk, wv, bv, wo, bo, rel, buckets, out, heads, kv_h
             o2[r, j] += bo[j]
 """
 
+def _rotate(x: str, rows: str, heads: str) -> str:
+    """Rotate every head of ``x`` ([nb * rows, heads * hd]) by the table's angles at its position."""
+    return f"""\
+    for r in range(nb * {rows}):
+        p = r % {rows}
+        for h in range({heads}):
+            for i in range(half):
+                a = {x}[r, h * hd + i]
+                b = {x}[r, h * hd + half + i]
+                {x}[r, h * hd + i] = a * rc[p, i] - b * rs[p, i]
+                {x}[r, h * hd + half + i] = b * rc[p, i] + a * rs[p, i]
+"""
+
+
 ROPE = """\
     # RoPE, rotate-half pairing: angle(p, i) = p * theta^(-2i/hd), in float64
     half = hd // 2
@@ -83,23 +97,7 @@ ROPE = """\
             angle = p * theta ** (-2.0 * i / hd)
             rc[p, i] = np.cos(angle)
             rs[p, i] = np.sin(angle)
-    for r in range(nb * nt):
-        p = r % nt
-        for h in range(heads):
-            for i in range(half):
-                a = q[r, h * hd + i]
-                b = q[r, h * hd + half + i]
-                q[r, h * hd + i] = a * rc[p, i] - b * rs[p, i]
-                q[r, h * hd + half + i] = b * rc[p, i] + a * rs[p, i]
-    for r in range(nb * ns):
-        p = r % ns
-        for h in range(kv_heads):
-            for i in range(half):
-                a = k[r, h * hd + i]
-                b = k[r, h * hd + half + i]
-                k[r, h * hd + i] = a * rc[p, i] - b * rs[p, i]
-                k[r, h * hd + half + i] = b * rc[p, i] + a * rs[p, i]
-"""
+""" + _rotate("q", "nt", "heads") + _rotate("k", "ns", "kv_heads")
 
 REL = "                    a += rel[buckets[i, j], h]\n"
 CAUSAL = """\

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
-from irc.backends.cpu.literals import comment_text, shape_literal, str_literal
-from irc.backends.cpu.module import Kernel, ModuleParts
-from irc.diagnostics import IrcError
+from irc.backends.literals import shape_literal, str_literal
+from irc.backends.node_view import NodeView
 from irc.graph import Node
 from irc.types import TensorType
 
@@ -25,37 +24,15 @@ def np_dtype(t: TensorType) -> str:
     return NP_DTYPES[t.dtype]
 
 
-def concrete(shape: tuple) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape)
-
-
 @dataclass
-class NodeCtx:
-    node: Node
-    parts: ModuleParts
+class NodeCtx(NodeView):
+    BACKEND: ClassVar[str] = "cpu"
+
     args: list[str]  # driver variables holding the operands
     outs: list[str]  # driver variables the results go into
-    in_types: list[TensorType]
-    out_types: list[TensorType]
-    params: dict[str, tuple[int, ...]]  # this node's parameters and buffers by short name
-    weight_keys: dict[str, tuple[int, ...]]  # every key the module may read, with its shape
     index: int = -1  # the node's position in the graph
     schedule: Schedule | None = None  # where results live (buffer reuse); None: always np.empty
     producers: dict[str, Node] = field(default_factory=dict)  # value -> the node that makes it
-
-    # -- reading the node ----------------------------------------------------------
-    def attr(self, name: str, default: Any = None) -> Any:
-        value = self.node.attrs.get(name)
-        return default if value is None else value
-
-    def in_shape(self, i: int = 0) -> tuple[int, ...]:
-        return concrete(self.in_types[i].shape)
-
-    def out_shape(self, i: int = 0) -> tuple[int, ...]:
-        return concrete(self.out_types[i].shape)
-
-    def error(self, message: str) -> IrcError:
-        return IrcError(f"cpu backend: '{self.node.op}' {message}", self.node.loc)
 
     # -- weights -------------------------------------------------------------------
     def weight_key(self, name: str) -> str:
@@ -64,31 +41,14 @@ class NodeCtx:
     def weight(self, name: str, key: str | None = None) -> str:
         """``weights['<key>']`` for a parameter of this node (or an explicit key, for tied weights)."""
         if key is None:
-            if name not in self.params:
-                raise self.error(f"has no parameter '{name}'")
+            self.weight_shape(name)  # an error when the node has no such parameter
             key = self.weight_key(name)
-        if key not in self.weight_keys:
-            raise self.error(f"needs weight '{key}', which no node of the graph declares")
-        return f"weights[{str_literal(key)}]"
-
-    def weight_shape(self, name: str) -> tuple[int, ...]:
-        if name not in self.params:
-            raise self.error(f"has no parameter '{name}'")
-        return self.params[name]
-
-    def has_weight(self, name: str) -> bool:
-        return name in self.params
+        return f"weights[{str_literal(self.declared(key))}]"
 
     def weight_or_zeros(self, name: str, size: int) -> str:
         return self.weight(name) if self.has_weight(name) else f"np.zeros({int(size)}, np.float32)"
 
     # -- writing the driver ----------------------------------------------------------
-    def kernel(self, kernel: Kernel) -> str:
-        return self.parts.kernel(kernel)
-
-    def emit(self, text: str) -> None:
-        self.parts.line(text)
-
     def alloc(self, i: int = 0, inplace: tuple[int, ...] = ()) -> str:
         """Give result ``i`` a buffer and return its variable: a dead buffer of its size when the
         schedule has one, or operand ``k`` in ``inplace`` when that operand dies here (the
@@ -116,8 +76,6 @@ class NodeCtx:
 
     def derive(self, key: str, expression: str) -> str:
         """``weights[key]``, computed once per weights dict by ``expression``."""
-        from irc.backends.cpu.literals import str_literal
-
         self.parts.derive(key, expression)
         return f"weights[{str_literal(key)}]"
 
@@ -130,11 +88,3 @@ class NodeCtx:
 
     def helper(self, name: str, source: str) -> str:
         return self.parts.helper(name, source)
-
-    def describe(self) -> str:
-        """A one-line comment naming the node (its text sanitized)."""
-        n = self.node
-        lhs = ", ".join(f"%{v}" for v in n.outputs)
-        rhs = ", ".join(f"%{v}" for v in n.inputs)
-        where = f"  [{n.scope}]" if n.scope else ""
-        return "# " + comment_text(f"{lhs} = {n.op} {rhs}{where}", 116)

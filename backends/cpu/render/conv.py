@@ -104,15 +104,20 @@ def render_conv(ctx: NodeCtx) -> None:
              f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={groups}, parts={THREADS})")
 
 
-MAXPOOL = """\
-{jit}
-def k_maxpool2d(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
+# pooling kernels: one (sample, channel) plane per task, then its output rows
+PLANES = """\
     nb, nc, hi, wi = x.shape
     ho, wo = out.shape[2], out.shape[3]
     for bc in prange(nb * nc):
         n = bc // nc
         c = bc % nc
         for oi in range(ho):
+"""
+
+MAXPOOL = """\
+{jit}
+def k_maxpool2d(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
+{planes}\
             for oj in range(wo):
                 m = np.float32(-np.inf)  # padding counts as -inf
                 for ki in range(kh):
@@ -130,12 +135,7 @@ def k_maxpool2d(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
 AVGPOOL = """\
 {jit}
 def k_avgpool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad):
-    nb, nc, hi, wi = x.shape
-    ho, wo = out.shape[2], out.shape[3]
-    for bc in prange(nb * nc):
-        n = bc // nc
-        c = bc % nc
-        for oi in range(ho):
+{planes}\
             h0 = oi * sh - ph
             h1 = min(h0 + kh, hi + ph)
             for oj in range(wo):
@@ -166,23 +166,18 @@ def render_pool(ctx: NodeCtx) -> None:
     x4, o4 = _as_4d(ctx.args[0], ctx.in_shape(), nd), _as_4d(out, ctx.out_shape(), nd)
     if op.startswith("max"):
         dh, dw = _spatial(nd, _pair(ctx.attr("dilation", 1), nd), 1)
-        k = ctx.kernel(Kernel("k_maxpool2d", MAXPOOL.format(jit=JIT), (A4, A4) + (I64,) * 8))
+        k = ctx.kernel(Kernel("k_maxpool2d", MAXPOOL.format(jit=JIT, planes=PLANES), (A4, A4) + (I64,) * 8))
         ctx.emit(f"{k}({x4}, {o4}, kh={kh}, kw={kw}, sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw})")
     else:
         include = 1 if ctx.attr("count_include_pad", True) else 0
-        k = ctx.kernel(Kernel("k_avgpool2d", AVGPOOL.format(jit=JIT), (A4, A4) + (I64,) * 7))
+        k = ctx.kernel(Kernel("k_avgpool2d", AVGPOOL.format(jit=JIT, planes=PLANES), (A4, A4) + (I64,) * 7))
         ctx.emit(f"{k}({x4}, {o4}, kh={kh}, kw={kw}, sh={sh}, sw={sw}, ph={ph}, pw={pw}, include_pad={include})")
 
 
 ADAPTIVE = """\
 {jit}
 def k_adaptive_avgpool2d(x, out):
-    nb, nc, hi, wi = x.shape
-    ho, wo = out.shape[2], out.shape[3]
-    for bc in prange(nb * nc):
-        n = bc // nc
-        c = bc % nc
-        for oi in range(ho):
+{planes}\
             a0 = (oi * hi) // ho  # PyTorch's bins: floor(i*H/o) .. ceil((i+1)*H/o)
             a1 = ((oi + 1) * hi + ho - 1) // ho
             for oj in range(wo):
@@ -197,7 +192,7 @@ def k_adaptive_avgpool2d(x, out):
 
 
 def render_adaptive(ctx: NodeCtx) -> None:
-    k = ctx.kernel(Kernel("k_adaptive_avgpool2d", ADAPTIVE.format(jit=JIT), (A4, A4)))
+    k = ctx.kernel(Kernel("k_adaptive_avgpool2d", ADAPTIVE.format(jit=JIT, planes=PLANES), (A4, A4)))
     out = ctx.alloc()
     ctx.emit(f"{k}({ctx.args[0]}, {out})")
 

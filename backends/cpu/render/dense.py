@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.literals import shape_literal
 from irc.backends.cpu.module import A1, A2, A3, I64, Kernel, jit
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx, np_dtype
 from irc.backends.cpu.render.gemm import THREADS, gemm_call, glu_kernel
+from irc.backends.literals import shape_literal
 
 JIT = jit()
 

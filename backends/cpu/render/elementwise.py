@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.literals import f32_literal, shape_literal
 from irc.backends.cpu.module import A1, A2, F32, Kernel, jit
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx, np_dtype
+from irc.backends.literals import f32_literal, shape_literal
 
 JIT = jit()
 JIT_REDUCE = jit(fastmath=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from irc.backends.cpu.literals import str_literal
-from irc.backends.cpu.module import A2, A3, I1, I64, Kernel, jit
+from irc.backends.cpu.module import A2, A3, BAD_TOKEN_ID, I1, I64, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.literals import str_literal
 
 JIT = jit()
 
@@ -26,7 +26,7 @@ BAD_ID = '''\
 def bad_token_id(where, ids, position, vocab):
     """The message for a token id outside the table (``where`` names the node)."""
     token = int(ids.reshape(-1)[position])
-    return f"{where}: token id {token} at flat position {position} is outside [0, {vocab})"
+    return ''' + BAD_TOKEN_ID + '''
 '''
 
 

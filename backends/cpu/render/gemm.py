@@ -23,16 +23,28 @@ SPLIT = """\
     by_rows = m >= 32 * parts or n < 64 * parts
 """
 
+# the blocks of rows [r0, r1) of m, or of columns [c0, c1) of n, one per task
+ROW_BLOCKS = """\
+        for c in prange(parts):
+            r0 = c * m // parts
+            r1 = (c + 1) * m // parts
+            if r1 > r0:
+"""
+COL_BLOCKS = """\
+        for c in prange(parts):
+            c0 = c * n // parts
+            c1 = (c + 1) * n // parts
+            if c1 > c0:
+"""
+BLOCKS = {"split": SPLIT, "rows": ROW_BLOCKS, "cols": COL_BLOCKS}  # for the templates below
+
 GEMM = """\
 {jit}
 def {name}(x, w, b, out, parts):
     # out = act(x @ w.T + b), one BLAS call and its epilogue per block
 {split}\
     if by_rows:
-        for c in prange(parts):
-            r0 = c * m // parts
-            r1 = (c + 1) * m // parts
-            if r1 > r0:
+{rows}\
                 o = out[r0:r1]
                 np.dot(x[r0:r1], w.T, o)
                 for i in range(r1 - r0):
@@ -40,10 +52,7 @@ def {name}(x, w, b, out, parts):
                         v = o[i, j] + b[j]
                         o[i, j] = {expr}
     else:
-        for c in prange(parts):
-            c0 = c * n // parts
-            c1 = (c + 1) * n // parts
-            if c1 > c0:
+{cols}\
                 t = np.dot(x, w[c0:c1].T)
                 for i in range(m):
                     for j in range(c1 - c0):
@@ -57,20 +66,14 @@ def {name}(x, w, out, parts):
     # out = act(x @ w[:h].T) * (x @ w[h:].T): gate and up rows stacked in one weight
 {split}\
     if by_rows:
-        for c in prange(parts):
-            r0 = c * m // parts
-            r1 = (c + 1) * m // parts
-            if r1 > r0:
+{rows}\
                 t = np.dot(x[r0:r1], w.T)
                 for i in range(r1 - r0):
                     for j in range(n):
                         v = t[i, j]
                         out[r0 + i, j] = ({expr}) * t[i, n + j]
     else:
-        for c in prange(parts):
-            c0 = c * n // parts
-            c1 = (c + 1) * n // parts
-            if c1 > c0:
+{cols}\
                 g = np.dot(x, w[c0:c1].T)
                 u = np.dot(x, w[n + c0:n + c1].T)
                 for i in range(m):
@@ -82,12 +85,12 @@ def {name}(x, w, out, parts):
 
 def gemm_kernel(act_name: str, expr: str) -> Kernel:
     name = f"k_gemm_{act_name}"
-    return Kernel(name, GEMM.format(jit=JIT, name=name, split=SPLIT, expr=expr), (A2, A2, A1, A2, I64))
+    return Kernel(name, GEMM.format(jit=JIT, name=name, expr=expr, **BLOCKS), (A2, A2, A1, A2, I64))
 
 
 def glu_kernel(act_name: str, expr: str) -> Kernel:
     name = f"k_gemm_glu_{act_name}"
-    return Kernel(name, GEMM_GLU.format(jit=JIT, name=name, split=SPLIT, expr=expr), (A2, A2, A2, I64))
+    return Kernel(name, GEMM_GLU.format(jit=JIT, name=name, expr=expr, **BLOCKS), (A2, A2, A2, I64))
 
 
 def multi_kernel(count: int) -> Kernel:
@@ -112,18 +115,12 @@ def {name}(x, w, {', '.join(outs)}, parts):
     n = w.shape[0]
 {widths}
     if m >= 32 * parts or n < 64 * parts:
-        for c in prange(parts):
-            r0 = c * m // parts
-            r1 = (c + 1) * m // parts
-            if r1 > r0:
+{ROW_BLOCKS}\
                 t = np.dot(x[r0:r1], w.T)
                 for r in range(r1 - r0):
 {scatter_rows}
     else:
-        for c in prange(parts):
-            c0 = c * n // parts
-            c1 = (c + 1) * n // parts
-            if c1 > c0:
+{COL_BLOCKS}\
                 t = np.dot(x, w[c0:c1].T)
                 for r in range(m):
                     for j in range(c1 - c0):

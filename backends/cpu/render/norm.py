@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.literals import f32_literal
 from irc.backends.cpu.module import A1, A2, A3, F32, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.literals import f32_literal
 
 JIT = jit(fastmath=True)
+
+# a row's mean and 1/sqrt(var + eps) from the sums s, q of the row shifted by k0
+SHIFTED_STATS = """\
+        ms = s / np.float32(d)
+        var = max(q / np.float32(d) - ms * ms, np.float32(0.0))
+        mean = k0 + ms
+        inv = np.float32(1.0) / np.sqrt(var + eps)
+"""
 
 LAYERNORM = """\
 {jit}
@@ -28,10 +36,7 @@ def k_layernorm(x, g, b, out, eps):
             t = x[r, j] - k0
             s += t
             q += t * t
-        ms = s / np.float32(d)
-        var = max(q / np.float32(d) - ms * ms, np.float32(0.0))
-        mean = k0 + ms
-        inv = np.float32(1.0) / np.sqrt(var + eps)
+{stats}\
         for j in range(d):
             out[r, j] = (x[r, j] - mean) * inv * g[j] + b[j]
 """
@@ -64,10 +69,7 @@ def k_add_layernorm(x, res, g, b, total, out, eps):
             t = a - k0
             s += t
             q += t * t
-        ms = s / np.float32(d)
-        var = max(q / np.float32(d) - ms * ms, np.float32(0.0))
-        mean = k0 + ms
-        inv = np.float32(1.0) / np.sqrt(var + eps)
+{stats}\
         for j in range(d):
             out[r, j] = (total[r, j] - mean) * inv * g[j] + b[j]
 """
@@ -112,7 +114,7 @@ def _zeros(d: int) -> str:
 def render_layernorm(ctx: NodeCtx) -> None:
     shape = ctx.in_shape()
     d = shape[-1]
-    k = ctx.kernel(Kernel("k_layernorm", LAYERNORM.format(jit=JIT), (A2, A1, A1, A2, F32)))
+    k = ctx.kernel(Kernel("k_layernorm", LAYERNORM.format(jit=JIT, stats=SHIFTED_STATS), (A2, A1, A1, A2, F32)))
     g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(d)
     b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
     out = ctx.alloc(inplace=(0,))
@@ -137,7 +139,8 @@ def render_add_norm(ctx: NodeCtx) -> None:
     total = ctx.rows(ctx.alloc(0, inplace=(0,)), shape)
     out = ctx.rows(ctx.alloc(1, inplace=(1,)), shape)
     if ctx.attr("kind", "layernorm") == "layernorm":
-        k = ctx.kernel(Kernel("k_add_layernorm", ADD_LAYERNORM.format(jit=JIT), (A2, A2, A1, A1, A2, A2, F32)))
+        src = ADD_LAYERNORM.format(jit=JIT, stats=SHIFTED_STATS)
+        k = ctx.kernel(Kernel("k_add_layernorm", src, (A2, A2, A1, A1, A2, A2, F32)))
         b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
         ctx.emit(f"{k}({x}, {r}, {g}, {b}, {total}, {out}, {eps})")
     else:

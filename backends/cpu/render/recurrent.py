@@ -19,13 +19,31 @@ SERIAL = jit(parallel=False)  # step loops whose matmuls are whole (BLAS single-
 BY_UNIT = "np.ascontiguousarray({w}.reshape(4, {h}, -1).transpose(1, 0, 2).reshape({rows}, -1))"
 BY_UNIT_BIAS = "np.ascontiguousarray({w}.reshape(4, {h}).T.reshape(-1))"
 
+# shared by the kernels below: the final state copied out (ending inside the loop, so the
+# LSTM adds its cell's line), and (but for the LSTM) every step's input product as one
+# matmul before the recurrence
+H_LAST = """\
+    for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
+        for j in range(nh):
+            h_last[n, j] = h[n, j]
+"""
+
+
+def _steps(whh: str, gates: int) -> str:
+    """x @ wih.T for every step (``gates`` blocks of nh per step), nh from ``whh``, and h = 0."""
+    per_step = f"{gates} * nh" if gates > 1 else "nh"
+    return f"""\
+    nb, nt, nd = x.shape
+    nh = {whh}.shape[1]
+    xw = np.dot(x.reshape(nb * nt, nd), wih.T).reshape(nb, nt, {per_step})
+    h = np.zeros((nb, nh), np.float32)
+"""
+
+
 RNN = """\
 {jit}
 def {name}(x, wih, whh, b, seq, h_last):
-    nb, nt, nd = x.shape
-    nh = whh.shape[1]
-    xw = np.dot(x.reshape(nb * nt, nd), wih.T).reshape(nb, nt, nh)
-    h = np.zeros((nb, nh), np.float32)
+{steps}\
     for t in range(nt):
         hw = np.dot(h, whh.T)
         for n in range(nb):
@@ -33,9 +51,7 @@ def {name}(x, wih, whh, b, seq, h_last):
                 v = xw[n, t, j] + hw[n, j] + b[j]
                 h[n, j] = {expr}
                 seq[n, t, j] = h[n, j]
-    for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
-        for j in range(nh):
-            h_last[n, j] = h[n, j]
+{h_last}\
 """
 
 LSTM = """\
@@ -77,19 +93,14 @@ def k_lstm(x, wih, whh, b, seq, h_last, c_last, parts):
                 hv = {sig_o} * {tanh_c}
                 h[n, u] = hv
                 seq[n, t, u] = hv
-    for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
-        for j in range(nh):
-            h_last[n, j] = h[n, j]
+{h_last}\
             c_last[n, j] = cell[n, j]
 """
 
 GRU_CHAPTER = """\
 {jit}
 def k_gru_chapter(x, wih, whh_rz, whh_n, b, seq, h_last):
-    nb, nt, nd = x.shape
-    nh = whh_n.shape[1]
-    xw = np.dot(x.reshape(nb * nt, nd), wih.T).reshape(nb, nt, 3 * nh)
-    h = np.zeros((nb, nh), np.float32)
+{steps}\
     z = np.empty((nb, nh), np.float32)
     rh = np.empty((nb, nh), np.float32)
     for t in range(nt):
@@ -105,18 +116,13 @@ def k_gru_chapter(x, wih, whh_rz, whh_n, b, seq, h_last):
                 g = ftanh(xw[n, t, 2 * nh + j] + hn[n, j] + b[2 * nh + j])
                 h[n, j] = (np.float32(1.0) - z[n, j]) * h[n, j] + z[n, j] * g
                 seq[n, t, j] = h[n, j]
-    for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
-        for j in range(nh):
-            h_last[n, j] = h[n, j]
+{h_last}\
 """
 
 GRU_TORCH = """\
 {jit}
 def k_gru_torch(x, wih, whh, bih, bhh, seq, h_last):
-    nb, nt, nd = x.shape
-    nh = whh.shape[1]
-    xw = np.dot(x.reshape(nb * nt, nd), wih.T).reshape(nb, nt, 3 * nh)
-    h = np.zeros((nb, nh), np.float32)
+{steps}\
     for t in range(nt):
         hw = np.dot(h, whh.T)
         for n in range(nb):
@@ -126,16 +132,14 @@ def k_gru_torch(x, wih, whh, bih, bhh, seq, h_last):
                 g = ftanh(xw[n, t, 2 * nh + j] + bih[2 * nh + j] + r * (hw[n, 2 * nh + j] + bhh[2 * nh + j]))
                 h[n, j] = (np.float32(1.0) - z) * g + z * h[n, j]  # z is the keep fraction
                 seq[n, t, j] = h[n, j]
-    for n in range(nb):  # explicit loops: a slice assignment costs seconds of compile time
-        for j in range(nh):
-            h_last[n, j] = h[n, j]
+{h_last}\
 """
 
 
 def render_rnn(ctx: NodeCtx) -> None:
     act_name = ctx.attr("act", "tanh")
     name = f"k_rnn_{act_name}"
-    src = RNN.format(jit=SERIAL, name=name, expr=act(ctx.parts, act_name))
+    src = RNN.format(jit=SERIAL, name=name, expr=act(ctx.parts, act_name), steps=_steps("whh", 1), h_last=H_LAST)
     k = ctx.kernel(Kernel(name, src, (A3, A2, A2, A1, A3, A2)))
     seq, h = ctx.alloc(0), ctx.alloc(1)
     g = ctx.weight_shape("weight_hh")[0]
@@ -150,7 +154,7 @@ def _by_unit(ctx: NodeCtx, name: str, nh: int) -> str:
 
 
 def render_lstm(ctx: NodeCtx) -> None:
-    src = LSTM.format(jit=JIT, sig_i=sigmoid(ctx.parts, "gi"), sig_f=sigmoid(ctx.parts, "gf"),
+    src = LSTM.format(jit=JIT, h_last=H_LAST, sig_i=sigmoid(ctx.parts, "gi"), sig_f=sigmoid(ctx.parts, "gf"),
                       sig_o=sigmoid(ctx.parts, "go"), tanh_g=tanh(ctx.parts, "gg"), tanh_c=tanh(ctx.parts, "cv"))
     k = ctx.kernel(Kernel("k_lstm", src, (A3, A2, A2, A1, A3, A2, A2, I64)))
     seq, h, c = ctx.alloc(0), ctx.alloc(1), ctx.alloc(2)
@@ -171,7 +175,7 @@ def render_gru(ctx: NodeCtx) -> None:
     ctx.device("ftanh")
     if ctx.attr("variant", "chapter") == "torch":
         src = GRU_TORCH.format(
-            jit=SERIAL,
+            jit=SERIAL, steps=_steps("whh", 3), h_last=H_LAST,
             sig_r=sigmoid(ctx.parts, "xw[n, t, j] + bih[j] + hw[n, j] + bhh[j]"),
             sig_z=sigmoid(ctx.parts, "xw[n, t, nh + j] + bih[nh + j] + hw[n, nh + j] + bhh[nh + j]"),
         )
@@ -180,7 +184,7 @@ def render_gru(ctx: NodeCtx) -> None:
                  f"{ctx.weight_or_zeros('bias_hh', g)}, {seq}, {h})")
         return
     src = GRU_CHAPTER.format(
-        jit=SERIAL,
+        jit=SERIAL, steps=_steps("whh_n", 3), h_last=H_LAST,
         sig_r=sigmoid(ctx.parts, "xw[n, t, j] + hu[n, j] + b[j]"),
         sig_z=sigmoid(ctx.parts, "xw[n, t, nh + j] + hu[n, nh + j] + b[nh + j]"),
     )

@@ -13,10 +13,10 @@ A row whose keys are all masked (a −inf bias) gives zeros, never NaN.
 
 from __future__ import annotations
 
-from irc.backends.cpu.literals import f32_literal, float_literal
 from irc.backends.cpu.module import A2, A4, F32, I64, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
+from irc.backends.literals import f32_literal, float_literal
 
 JIT = jit(fastmath=True)
 TILE_Q = 128  # query rows per task

@@ -7,8 +7,8 @@ allocated result), so the schedule knows exactly which values share memory.
 
 from __future__ import annotations
 
-from irc.backends.cpu.literals import int_literal, shape_literal
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.literals import int_literal, shape_literal
 
 
 def _axis(ctx: NodeCtx, axis: int, rank: int) -> int:

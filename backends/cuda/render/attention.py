@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from math import prod
 
-from irc.backends.cpu.literals import float_literal, int_literal
 from irc.backends.cpu.module import A1, A2, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx, dims
@@ -17,6 +16,7 @@ from irc.backends.cuda.render.elementwise import broadcast_into
 from irc.backends.cuda.render.gemm_src import GemmSpec
 from irc.backends.cuda.render.gemm_src import pick_tile as pick_gemm_tile
 from irc.backends.cuda.render.sdpa_src import AttnSpec, pick_tile, sdpa_kernel
+from irc.backends.literals import float_literal, int_literal
 
 
 def launch_sdpa(ctx: Ctx, q: int, k: int, v: int, bias: int | None, out: int, scale: float, causal: bool) -> None:

@@ -9,20 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import ClassVar
 
-from irc.backends.cpu.literals import comment_text, f32_literal, int_literal, str_literal
-from irc.backends.cpu.module import Kernel
 from irc.backends.cuda.module import CudaParts
-from irc.diagnostics import IrcError
-from irc.graph import Node
+from irc.backends.literals import f32_literal, int_literal, str_literal, tuple_literal
+from irc.backends.node_view import NodeView
 from irc.types import TensorType
 
 BLOCK = 256  # threads per block of the one-thread-per-element kernels
-
-
-def concrete(shape: tuple) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape)
 
 
 def device_dtype(t: TensorType) -> str:
@@ -36,37 +30,20 @@ def cdiv(a: int, b: int) -> int:
 
 def dims(*values: int) -> str:
     """A launch dimension tuple: ``(a, b)``."""
-    items = [int_literal(max(1, int(v))) for v in values]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    return tuple_literal([int_literal(max(1, int(v))) for v in values])
 
 
 @dataclass
-class Ctx:
-    node: Node
+class Ctx(NodeView):
+    BACKEND: ClassVar[str] = "cuda"
+
     parts: CudaParts
     ins: list[int]  # value indices of the operands
-    in_types: list[TensorType]
-    out_types: list[TensorType]
-    params: dict[str, tuple[int, ...]]  # this node's parameters and buffers by short name
-    weight_keys: dict[str, tuple[int, ...]]  # every key the graph reads, with its shape
 
     def __post_init__(self) -> None:
         self.outs: list[int | None] = [None] * len(self.out_types)
 
     # -- reading the node ----------------------------------------------------------
-    def attr(self, name: str, default: Any = None) -> Any:
-        value = self.node.attrs.get(name)
-        return default if value is None else value
-
-    def in_shape(self, i: int = 0) -> tuple[int, ...]:
-        return concrete(self.in_types[i].shape)
-
-    def out_shape(self, i: int = 0) -> tuple[int, ...]:
-        return concrete(self.out_types[i].shape)
-
-    def error(self, message: str) -> IrcError:
-        return IrcError(f"cuda backend: '{self.node.op}' {message}", self.node.loc)
-
     def unread(self, i: int) -> bool:
         """Result ``i`` is never read (nor an output): a kernel may skip writing it."""
         return self.node.outputs[i] in self.parts.unread
@@ -116,18 +93,12 @@ class Ctx:
 
     # -- weights -------------------------------------------------------------------
     def weight_key(self, name: str) -> str:
-        if name not in self.params:
-            raise self.error(f"has no parameter '{name}'")
+        self.weight_shape(name)  # an error when the node has no such parameter
         return f"{self.node.weights}.{name}"
-
-    def has_weight(self, name: str) -> bool:
-        return name in self.params
 
     def weight(self, name: str, key: str | None = None) -> int:
         """The value index of one of this node's weights (or an explicit key, for tied weights)."""
-        key = key if key is not None else self.weight_key(name)
-        if key not in self.weight_keys:
-            raise self.error(f"needs weight '{key}', which no node of the graph declares")
+        key = self.declared(key if key is not None else self.weight_key(name))
         return self.parts.plan.weight_value(key, self.weight_keys[key])
 
     def host_weight(self, name: str) -> str:
@@ -144,12 +115,6 @@ class Ctx:
         return self.derive(f"np.full({int_literal(size)}, {float(fill)!r})", (size,))
 
     # -- writing the driver ----------------------------------------------------------
-    def kernel(self, kernel: Kernel) -> str:
-        return self.parts.kernel(kernel)
-
-    def emit(self, text: str) -> None:
-        self.parts.line(text)
-
     def launch(self, kernel: str, grid: str, block: str, args: list[str]) -> None:
         self.parts.launches += 1
         self.emit(f"{kernel}[{grid}, {block}]({', '.join(args)})")
@@ -161,13 +126,6 @@ class Ctx:
     @staticmethod
     def f32(value: float) -> str:
         return f32_literal(value)
-
-    def describe(self) -> str:
-        n = self.node
-        lhs = ", ".join(f"%{v}" for v in n.outputs)
-        rhs = ", ".join(f"%{v}" for v in n.inputs)
-        where = f"  [{n.scope}]" if n.scope else ""
-        return "# " + comment_text(f"{lhs} = {n.op} {rhs}{where}", 116)
 
     def flat_grid(self, n: int) -> tuple[str, str]:
         return dims(cdiv(max(n, 1), BLOCK)), dims(BLOCK)

@@ -95,9 +95,8 @@ def render_conv(ctx: Ctx) -> None:
 
 # -- pooling ------------------------------------------------------------------------------------
 
-POOL = """\
-{jit}
-def {name}(x, out, total, oh, ow, {geometry}, include_pad):
+# one thread per output element i of [b, c, oy, ox] (x is [B, C, H, W])
+PIXEL = """\
     i = cuda.grid(1)
     if i < total:
         ox = i % ow
@@ -107,6 +106,12 @@ def {name}(x, out, total, oh, ow, {geometry}, include_pad):
         plane = x.shape[1]
         b = bc // plane
         c = bc % plane
+"""
+
+POOL = """\
+{jit}
+def {name}(x, out, total, oh, ow, {geometry}, include_pad):
+{pixel}\
         acc = {init}
         count = 0
         for ky in range(kh):
@@ -123,7 +128,7 @@ MAX = dict(init="np.float32(-np.inf)", combine="acc = v if (v > acc or v != v) e
 AVG = dict(init="np.float32(0.0)", combine="acc += v",
            finish="out[i] = acc / np.float32(kh * kw if include_pad else max(count, 1))")
 POOL_KERNELS = {
-    kind: Kernel(f"k_{kind}pool", POOL.format(jit=JIT, name=f"k_{kind}pool", geometry=GEOMETRY, **parts),
+    kind: Kernel(f"k_{kind}pool", POOL.format(jit=JIT, name=f"k_{kind}pool", geometry=GEOMETRY, pixel=PIXEL, **parts),
                  (A4, A1, I64, I64, I64) + GEOMETRY_KINDS + (I64,))
     for kind, parts in (("max", MAX), ("avg", AVG))
 }
@@ -155,15 +160,7 @@ def render_pool(ctx: Ctx) -> None:
 ADAPTIVE = f"""\
 {JIT}
 def k_adaptive_avgpool(x, out, total, oh, ow):
-    i = cuda.grid(1)
-    if i < total:
-        ox = i % ow
-        r = i // ow
-        oy = r % oh
-        bc = r // oh
-        plane = x.shape[1]
-        b = bc // plane
-        c = bc % plane
+{PIXEL}\
         h = x.shape[2]
         w = x.shape[3]
         r0 = (oy * h) // oh

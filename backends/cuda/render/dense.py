@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.literals import str_literal
 from irc.backends.cuda.render.context import Ctx, cdiv, dims
 from irc.backends.cuda.render.copy import contiguous_strides, copy_launch
 from irc.backends.cuda.render.gemm_src import GemmSpec, gemm_kernel, pick_tile
+from irc.backends.literals import str_literal
 
 
 def launch_gemm(ctx: Ctx, spec: GemmSpec, a: str, b: list[str], bias: str, outs: list[str], m: int, n: int,

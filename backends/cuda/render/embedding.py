@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.literals import int_literal, str_literal
 from irc.backends.cpu.module import A1, A2, I1, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx
+from irc.backends.literals import int_literal, str_literal
 
 GATHER = f"""\
 {JIT}

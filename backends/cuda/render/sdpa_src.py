@@ -124,6 +124,32 @@ class AttnSpec:
 NEG_INF = "np.float32(-np.inf)"
 
 
+def _register_product(t: AttnTile, indent: str, rows: tuple[str, str], cols: tuple[str, str], ncols: int,
+                      acc: str) -> list[str]:
+    """``{acc}{i}_{j} += a{i} * b{j}`` over this thread's micro-tile, the operands loaded into
+    registers first: a{i} is row ``ty + TY·i`` of ``rows`` = (register name, shared array and
+    its first index), b{j} is column ``tx + TX·j`` of ``cols``, j < ``ncols``."""
+    (a, a_src), (b, b_src) = rows, cols
+    lines = [f"{indent}{a}{i} = {a_src}, ty + {t.ty * i}]" for i in range(t.rm)]
+    lines += [f"{indent}{b}{j} = {b_src}, tx + {t.tx * j}]" for j in range(ncols)]
+    lines += [f"{indent}{acc}{i}_{j} += {a}{i} * {b}{j}" for i in range(t.rm) for j in range(ncols)]
+    return lines
+
+
+def _row_reduce(spec: AttnSpec, op: str, var: str) -> list[str]:
+    """``{var}{i}`` reduced with ``op`` over the TX threads that share each of this thread's rows
+    (in the shared-memory path: the tree, a barrier, then every thread reads its row's result)."""
+    t = spec.tile
+    lines = []
+    for i in range(t.rm):
+        lines += group_reduce(spec.path, op, f"{var}{i}", t.tx, "red", f"ty + {t.ty * i}", "tx", "").splitlines()
+    if spec.path == "shared":
+        lines.append("cuda.syncthreads()")
+        for i in range(t.rm):
+            lines += group_read(spec.path, op, f"{var}{i}", t.tx, "red", f"ty + {t.ty * i}", "").splitlines()
+    return lines
+
+
 def _scores(spec: AttnSpec) -> list[str]:
     t = spec.tile
     lines = []
@@ -143,11 +169,7 @@ def _scores(spec: AttnSpec) -> list[str]:
               "    cuda.syncthreads()",
               f"    for dd in range({spec.dc}):"]
     qrow = "d0 + dd" if spec.q_resident else "dd"
-    lines += [f"        qa{i} = Qs[{qrow}, ty + {t.ty * i}]" for i in range(t.rm)]
-    lines += [f"        kb{j} = Ks[dd, tx + {t.tx * j}]" for j in range(t.rn)]
-    for i in range(t.rm):
-        for j in range(t.rn):
-            lines.append(f"        s{i}_{j} += qa{i} * kb{j}")
+    lines += _register_product(t, "        ", ("qa", f"Qs[{qrow}"), ("kb", "Ks[dd"), t.rn, "s")
     lines.append("    cuda.syncthreads()")
     return lines
 
@@ -195,12 +217,7 @@ def _softmax_update(spec: AttnSpec) -> list[str]:
     lines = []
     for i in range(t.rm):
         lines.append(f"mt{i} = max({', '.join(f's{i}_{j}' for j in range(t.rn))})" if t.rn > 1 else f"mt{i} = s{i}_0")
-    for i in range(t.rm):
-        lines += group_reduce(spec.path, "fmax", f"mt{i}", t.tx, "red", f"ty + {t.ty * i}", "tx", "").splitlines()
-    if spec.path == "shared":
-        lines.append("cuda.syncthreads()")
-        for i in range(t.rm):
-            lines += group_read(spec.path, "fmax", f"mt{i}", t.tx, "red", f"ty + {t.ty * i}", "").splitlines()
+    lines += _row_reduce(spec, "fmax", "mt")
     for i in range(t.rm):
         lines += [f"mn = max(m{i}, mt{i})",
                   "mz = max(mn, np.float32(-3.0e38))",
@@ -230,24 +247,14 @@ def _values(spec: AttnSpec) -> list[str]:
              "    cuda.syncthreads()",
              "    if k0 + c0 < kend:",
              f"        for cc in range({spec.kc}):"]
-    lines += [f"            pa{i} = Ps[c0 + cc, ty + {t.ty * i}]" for i in range(t.rm)]
-    lines += [f"            vb{j} = Vs[cc, tx + {t.tx * j}]" for j in range(spec.rd)]
-    for i in range(t.rm):
-        for j in range(spec.rd):
-            lines.append(f"            o{i}_{j} += pa{i} * vb{j}")
+    lines += _register_product(t, "            ", ("pa", "Ps[c0 + cc"), ("vb", "Vs[cc"), spec.rd, "o")
     lines.append("    cuda.syncthreads()")
     return lines
 
 
 def _finish(spec: AttnSpec) -> list[str]:
     t = spec.tile
-    lines = []
-    for i in range(t.rm):
-        lines += group_reduce(spec.path, "sum", f"l{i}", t.tx, "red", f"ty + {t.ty * i}", "tx", "").splitlines()
-    if spec.path == "shared":
-        lines.append("cuda.syncthreads()")
-        for i in range(t.rm):
-            lines += group_read(spec.path, "sum", f"l{i}", t.tx, "red", f"ty + {t.ty * i}", "").splitlines()
+    lines = _row_reduce(spec, "sum", "l")
     for i in range(t.rm):
         lines += [f"row = q0 + ty + {t.ty * i}",
                   "if row < t_len:",

@@ -63,9 +63,13 @@ def float_literal(value: object) -> str:
     return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
 
 
-def shape_literal(shape: tuple[int, ...] | list[int]) -> str:
-    items = [int_literal(d) for d in shape]
+def tuple_literal(items: list[str]) -> str:
+    """A tuple display of items that are already code: ``(a, b)``, ``(a,)``, ``()``."""
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def shape_literal(shape: tuple[int, ...] | list[int]) -> str:
+    return tuple_literal([int_literal(d) for d in shape])
 
 
 def check_identifier(name: str) -> str:
