@@ -92,6 +92,7 @@ TRANSFORMER = """
 model transformer_family(B, T, S) {
   input tokens: i32[B, T]
   input mem: f32[B, S, 16]
+  input pad: f32[B, 1, 1, T]
   emb = embedding(11, 16)
   e = emb(tokens)
   x = positional(e, learned, max_len=12)
@@ -105,6 +106,12 @@ model transformer_family(B, T, S) {
   output y_t5 = attention(p, heads=4, rel_buckets=8, rel_max_distance=16, scale=1)
   output y_t5_causal = attention(p, heads=4, causal=true, rel_buckets=8, rel_max_distance=16)
   output y_cross = attention(p, mem, heads=2, head_dim=6, bias=true, causal=true)
+  pos = rel_position_bias(p, heads=4, buckets=8, max_distance=16)
+  output y_rel_position_bias = pos
+  output y_t5_shared = attention(p, heads=4, scale=1, attn_bias=pos)
+  output y_bias_gqa_causal = attention(p, heads=4, kv_heads=2, causal=true, attn_bias=pad)
+  output y_t5_own_plus_pad = attention(p, heads=4, rel_buckets=8, rel_max_distance=16, attn_bias=pad)
+  output y_cross_rel = attention(p, mem, rel_position_bias(p, mem, heads=2, buckets=8, max_distance=16), heads=2)
   r = reshape(f, [B, T, 4, 4])
   t = transpose(r, [0, 2, 1, 3])
   output y_transpose = t

@@ -113,12 +113,18 @@ ATTENTION = """
 model attention_family(B) {
   input x: f32[B, 6, 16]
   input mem: f32[B, 5, 12]
+  input pad: f32[B, 1, 1, 6]
   output self_causal = attention(x, heads=2, causal=true)
   output gqa_rope = attention(x, heads=4, kv_heads=2, rope=true, causal=true)
   output mqa = attention(x, heads=4, kv_heads=1, bias=false)
   output cross = attention(x, mem, heads=2)
   output t5_rel = attention(x, heads=2, rel_buckets=8, rel_max_distance=16)
   output t5_rel_causal = attention(x, heads=2, rel_buckets=8, causal=true)
+  pos = rel_position_bias(x, heads=2, buckets=8, max_distance=16)
+  output rel_position_bias = pos
+  output t5_shared = attention(x, heads=2, scale=1, attn_bias=pos)
+  output gqa_pad_causal = attention(x, heads=4, kv_heads=2, causal=true, attn_bias=pad)
+  output t5_own_plus_pad = attention(x, heads=2, rel_buckets=8, attn_bias=pad)
 }
 """
 
@@ -169,7 +175,8 @@ def test_attention_layers(cuda_cache):
     """Fused (sdpa) where fusion applies; the T5 relative bias through the layer op."""
     graph, compiled = _compile(ATTENTION, cuda_cache)
     fused = [n.op for n in fuse(graph).nodes]
-    assert fused.count("sdpa") == 4 and fused.count("attention") == 2  # T5's bias stays a layer
+    # a table of its own (rel_buckets) keeps the layer op; an attn_bias operand fuses into sdpa's bias
+    assert fused.count("sdpa") == 6 and fused.count("attention") == 3
     text = compiled.source
     assert "k_sdpa_d8_8x8x8x8_causal_bias" in text and "k_rope" in text
     check_graph(compiled, graph)

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from test_cpu_backend_helpers import cpu_cache  # noqa: F401  (a fixture)
 
+from irc.backends.cpu import compile_graph
 from irc.backends.numpy_ref import run_graph
 from irc.pipeline import load_graph, run_passes
 from irc.runtime.compare import rel_error
@@ -104,6 +106,13 @@ def test_fused_graph_matches_hf(case) -> None:
     fused = run_passes(graph, ["fuse"])
     assert sum(n.op == "sdpa" and len(n.inputs) == 4 for n in fused.nodes) == 2 * SIZES["layers"]
     assert rel_error(run_graph(fused, weights, inputs, np.float32)["logits"], want) < 1e-5
+
+
+def test_cpu_backend_matches_hf(case, cpu_cache) -> None:  # noqa: F811
+    """The fused graph in generated Numba kernels (flash-style sdpa with the bias) against HF."""
+    graph, weights, inputs, want = case
+    compiled = compile_graph(run_passes(graph, ["fuse"]), cache_dir=cpu_cache)
+    assert rel_error(compiled.run(weights, inputs)["logits"], want) < 1e-5
 
 
 def test_the_comparison_sees_the_position_bias(case) -> None:

@@ -1,15 +1,17 @@
-"""Multi-head attention: projections through BLAS, a per-head score matrix, masked softmax.
+"""Multi-head attention: projections through BLAS, a per-head score matrix, masked softmax;
+and T5's relative-position bias table.
 
-One kernel per configuration (causal, RoPE, T5 relative bias), so each variant's inner
-loop holds only the code it needs. GQA reads kv head ``h // (heads // kv_heads)`` in place.
-This is the plain, materialising kernel; the flash-style fused kernel is a later pass.
+One kernel per configuration (causal, RoPE, T5 relative bias, an additive attn_bias), so each
+variant's inner loop holds only the code it needs. GQA reads kv head ``h // (heads // kv_heads)``
+in place. This is the plain, materialising kernel of the unfused graph (``--no-fuse``, or an
+attention with its own ``rel_buckets`` table); the fused graph runs the flash-style ``sdpa``.
 """
 
 from __future__ import annotations
 
 import math
 
-from irc.backends.cpu.module import A1, A2, A3, F32, F64, I2, I64, Kernel, jit
+from irc.backends.cpu.module import A1, A2, A3, A4, F32, F64, I2, I64, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.literals import f32_literal, float_literal, shape_literal
 
@@ -17,7 +19,7 @@ JIT = jit()
 
 ATTENTION = """\
 {jit}
-def {name}(x, kv, wq, bq, wk, bk, wv, bv, wo, bo, rel, buckets, out, heads, kv_heads, scale, theta):
+def {name}(x, kv, wq, bq, wk, bk, wv, bv, wo, bo, rel, buckets, bias, out, heads, kv_heads, scale, theta):
     nb, nt, nd = x.shape
     ns, nkv = kv.shape[1], kv.shape[2]
     hd = wq.shape[0] // heads
@@ -41,11 +43,15 @@ def {name}(x, kv, wq, bq, wk, bk, wv, bv, wo, bo, rel, buckets, out, heads, kv_h
             kh = np.ascontiguousarray(k[n * ns:(n + 1) * ns, g * hd:(g + 1) * hd])
             vh = np.ascontiguousarray(v[n * ns:(n + 1) * ns, g * hd:(g + 1) * hd])
             sc = np.dot(qh, kh.T)
+            bn = n if bias.shape[0] > 1 else 0  # the bias broadcasts: a size-1 axis is read at 0
+            bh = h if bias.shape[1] > 1 else 0
+            bi = 1 if bias.shape[2] > 1 else 0
+            bj = 1 if bias.shape[3] > 1 else 0
             for i in prange(nt):  # rows are independent
                 m = np.float32(-np.inf)
                 for j in range(ns):
                     a = sc[i, j] * scale
-{rel}{causal}\
+{rel}{bias}{causal}\
                     sc[i, j] = a
                     if a > m or a != a:
                         m = a
@@ -100,6 +106,7 @@ ROPE = """\
 """ + _rotate("q", "nt", "heads") + _rotate("k", "ns", "kv_heads")
 
 REL = "                    a += rel[buckets[i, j], h]\n"
+BIAS = "                    a += bias[bn, bh, i * bi, j * bj]\n"
 CAUSAL = """\
                     if j > i:
                         a = np.float32(-np.inf)
@@ -125,14 +132,21 @@ def t5_buckets(nq, nk, num_buckets, max_distance, bidirectional):
 '''
 
 
-SIGNATURE = (A3, A3, A2, A1, A2, A1, A2, A1, A2, A1, A2, I2, A3, I64, I64, F32, F64)
+SIGNATURE = (A3, A3, A2, A1, A2, A1, A2, A1, A2, A1, A2, I2, A4, A3, I64, I64, F32, F64)
 
 
-def attention_kernel(causal: bool, rope: bool, rel: bool) -> Kernel:
-    name = "k_attention" + ("_causal" if causal else "") + ("_rope" if rope else "") + ("_rel" if rel else "")
+def attention_kernel(causal: bool, rope: bool, rel: bool, bias: bool) -> Kernel:
+    name = ("k_attention" + ("_causal" if causal else "") + ("_rope" if rope else "") + ("_rel" if rel else "")
+            + ("_bias" if bias else ""))
     src = ATTENTION.format(jit=JIT, name=name, rope=ROPE if rope else "", rel=REL if rel else "",
-                           causal=CAUSAL if causal else "")
+                           bias=BIAS if bias else "", causal=CAUSAL if causal else "")
     return Kernel(name, src, SIGNATURE)
+
+
+def bias_4d(ctx: NodeCtx, i: int) -> str:
+    """Operand ``i`` (an additive attention bias of rank 2-4) viewed as 4-D."""
+    shape = ctx.in_shape(i)
+    return f"{ctx.args[i]}.reshape({shape_literal((1,) * (4 - len(shape)) + tuple(shape))})"
 
 
 def render_attention(ctx: NodeCtx) -> None:
@@ -151,7 +165,9 @@ def render_attention(ctx: NodeCtx) -> None:
         if kvs[0] != 1:
             raise ctx.error(f"cannot broadcast keys/values of batch {kvs[0]} to queries of batch {xs[0]}")
         kv = f"np.ascontiguousarray(np.broadcast_to({kv}, {shape_literal((xs[0],) + kvs[1:])}))"
-    k = ctx.kernel(attention_kernel(causal, rope, buckets_n is not None))
+    has_bias = len(ctx.args) > 2
+    k = ctx.kernel(attention_kernel(causal, rope, buckets_n is not None, has_bias))
+    bias = bias_4d(ctx, 2) if has_bias else "np.zeros((1, 1, 1, 1), np.float32)"
     if buckets_n is not None:
         helper = ctx.helper("t5_buckets", T5_BUCKETS)
         max_distance = int(ctx.attr("rel_max_distance", 128))
@@ -164,8 +180,28 @@ def render_attention(ctx: NodeCtx) -> None:
     ctx.emit(f"{k}({x}, {kv}, wq={ctx.weight('wq')}, bq={ctx.weight_or_zeros('bq', dq)}, "
              f"wk={ctx.weight('wk')}, bk={ctx.weight_or_zeros('bk', dkv)}, "
              f"wv={ctx.weight('wv')}, bv={ctx.weight_or_zeros('bv', dkv)}, "
-             f"wo={ctx.weight('wo')}, bo={ctx.weight_or_zeros('bo', d)}, rel={rel}, buckets={buckets}, out={out}, "
-             f"heads={heads}, kv_heads={kv_heads}, scale={f32_literal(scale)}, theta={float_literal(theta)})")
+             f"wo={ctx.weight('wo')}, bo={ctx.weight_or_zeros('bo', d)}, rel={rel}, buckets={buckets}, "
+             f"bias={bias}, out={out}, heads={heads}, kv_heads={kv_heads}, scale={f32_literal(scale)}, "
+             f"theta={float_literal(theta)})")
 
 
-RENDERERS = {"attention": render_attention}
+T5_BIAS = '''\
+def t5_bias(table, nq, nk, num_buckets, max_distance, bidirectional):
+    """table[bucket(j - i), h] as a C-contiguous [1, heads, nq, nk] float32 array."""
+    index = t5_buckets(nq, nk, num_buckets, max_distance, bidirectional)
+    return np.ascontiguousarray(np.moveaxis(table[index], -1, 0)[None], dtype=np.float32)
+'''
+
+
+def render_rel_position_bias(ctx: NodeCtx) -> None:
+    """A function of the table and the (static) lengths only: made once per weights dict."""
+    t, s = ctx.out_shape()[2:]
+    ctx.helper("t5_buckets", T5_BUCKETS)
+    helper = ctx.helper("t5_bias", T5_BIAS)
+    args = (f"{t}, {s}, {int(ctx.attr('buckets'))}, {int(ctx.attr('max_distance'))}, "
+            f"{bool(ctx.attr('bidirectional'))}")
+    table = ctx.derive(f"~t5_bias({ctx.weight_key('weight')}, {args})", f"{helper}({ctx.weight('weight')}, {args})")
+    ctx.emit(f"{ctx.outs[0]} = {table}  # read-only: made by derive()")
+
+
+RENDERERS = {"attention": render_attention, "rel_position_bias": render_rel_position_bias}

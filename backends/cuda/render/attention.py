@@ -1,6 +1,7 @@
-"""Fused attention (sdpa), rotary embeddings, the causal mask's fused form, and the layer-level
-``attention`` op that fusion leaves alone (T5's relative-position bias): projections by GEMM,
-the bias table built once from the weights, and the same fused kernel in the middle."""
+"""Fused attention (sdpa), rotary embeddings, the causal mask's fused form, T5's relative-position
+bias (``rel_position_bias``, built once from its table), and the layer-level ``attention`` op that
+fusion leaves alone (one with a ``rel_buckets`` table of its own): projections by GEMM, the bias
+table built once from the weights (plus an ``attn_bias`` operand), the same fused kernel in the middle."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx, dims
 from irc.backends.cuda.render.copy import contiguous_strides, copy_launch
 from irc.backends.cuda.render.dense import launch_gemm
-from irc.backends.cuda.render.elementwise import broadcast_into
+from irc.backends.cuda.render.elementwise import binary_kernel, broadcast_into
 from irc.backends.cuda.render.gemm_src import GemmSpec
 from irc.backends.cuda.render.gemm_src import pick_tile as pick_gemm_tile
 from irc.backends.cuda.render.sdpa_src import AttnSpec, pick_tile, sdpa_kernel
@@ -105,6 +106,23 @@ def t5_bias(table, t_len, s_len, buckets, max_distance, bidirectional):
 '''
 
 
+def _t5_table(ctx: Ctx, weight: str, t: int, s: int, buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """The [1, H, T, S] bias of a T5 table, made on the host once per weights dict."""
+    helper = ctx.parts.helper("t5_bias", T5_BIAS)
+    heads = ctx.weight_shape(weight)[1]
+    expr = (f"{helper}({ctx.host_weight(weight)}, {int_literal(t)}, {int_literal(s)}, {int_literal(buckets)}, "
+            f"{int_literal(max_distance)}, {bidirectional})")
+    return ctx.derive(expr, (1, heads, t, s))
+
+
+def render_rel_position_bias(ctx: Ctx) -> None:
+    shape = ctx.out_shape()
+    table = _t5_table(ctx, "weight", shape[2], shape[3], int(ctx.attr("buckets")), int(ctx.attr("max_distance")),
+                      bool(ctx.attr("bidirectional")))
+    out = ctx.alloc()
+    broadcast_into(ctx, ctx.f(table), shape, shape, ctx.f(out))  # a copy: the table outlives every run
+
+
 def _heads(ctx: Ctx, src: int, b: int, length: int, heads: int, hd: int) -> int:
     """[B, L, heads·hd] -> a new [B, heads, L, hd] (a transposing copy)."""
     dst = ctx.temp((b, heads, length, hd))
@@ -154,11 +172,22 @@ def render_attention(ctx: Ctx) -> None:
         q, k = q2, k2
     bias = None
     if ctx.attr("rel_buckets") is not None:
-        helper = ctx.parts.helper("t5_bias", T5_BIAS)
-        expr = (f"{helper}({ctx.host_weight('rel_bias')}, {int_literal(t)}, {int_literal(s)}, "
-                f"{int_literal(int(ctx.attr('rel_buckets')))}, {int_literal(int(ctx.attr('rel_max_distance', 128)))}, "
-                f"{not causal})")
-        bias = ctx.derive(expr, (1, heads, t, s))
+        bias = _t5_table(ctx, "rel_bias", t, s, int(ctx.attr("rel_buckets")), int(ctx.attr("rel_max_distance", 128)),
+                         not causal)
+    if len(ctx.ins) > 2:  # an additive attn_bias operand, alone or on top of the table
+        bshape = (1,) * (4 - len(ctx.in_shape(2))) + tuple(ctx.in_shape(2))
+        given = ctx.view(ctx.ins[2], bshape)
+        if bias is None:
+            bias = given
+        else:
+            full = (bshape[0], heads, t, s)
+            spread, total = ctx.temp(full), ctx.temp(full)
+            broadcast_into(ctx, ctx.f(given), bshape, full, ctx.f(spread))
+            n = prod(full)
+            grid, block = ctx.flat_grid(n)
+            ctx.launch(ctx.kernel(binary_kernel("add", "rows")), grid, block,
+                       [ctx.f(spread), ctx.f(bias), ctx.f(total), ctx.i(n), ctx.i(heads * t * s)])
+            bias = total
     scale = ctx.attr("scale", 1.0 / math.sqrt(hd))
     o = ctx.temp((b, heads, t, hd))
     launch_sdpa(ctx, q, k, v, bias, o, float(scale), causal)
@@ -178,4 +207,5 @@ RENDERERS = {
     "sdpa": render_sdpa,
     "rope": render_rope,
     "attention": render_attention,
+    "rel_position_bias": render_rel_position_bias,
 }
