@@ -28,6 +28,8 @@ model sdpa_family(B) {
   input q_short: f32[B, 4, 200, 16]
   input q_one: f32[B, 4, 1, 16]
   input bias: f32[1, 4, 300, 300]
+  input k_shared: f32[1, 2, 300, 16]
+  input v_shared: f32[1, 2, 300, 12]
   output y_full = sdpa(q, k, v, scale=0.25)
   output y_causal = sdpa(q, k, v, scale=0.25, causal=true)
   output y_mqa_causal_few_keys = sdpa(q, k1, v1, scale=0.3, causal=true)
@@ -35,6 +37,7 @@ model sdpa_family(B) {
   output y_one_query = sdpa(q_one, k, v, scale=0.25, causal=true)
   output y_bias = sdpa(q, k, v, bias, scale=0.25)
   output y_bias_causal = sdpa(q, k, v, bias, scale=0.25, causal=true)
+  output y_shared_kv = sdpa(q, k_shared, v_shared, scale=0.25, causal=true)
 }
 """
 

@@ -83,6 +83,17 @@ def test_sdpa_mqa_broadcast_bias(cuda_cache):
     assert_close(out, want)
 
 
+def test_sdpa_one_key_value_batch_serves_every_query_batch(cuda_cache):
+    """Cross-attention to one memory: k and v of batch 1 against 3 query sequences."""
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((3, 2, 9, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 7, 4)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 7, 4)).astype(np.float32)
+    out, _ = run_sdpa(cuda_cache, TINY, 3, 2, 1, 9, 7, 4, 4, True, "shared", qkv=(q, k, v))
+    want = sdpa_reference(q, np.repeat(k, 3, axis=0), np.repeat(v, 3, axis=0), True, 0.5)
+    assert_close(out, want)
+
+
 def test_sdpa_causal_never_reads_keys_past_the_diagonal(cuda_cache):
     """Keys and values no query may see are NaN: a kernel that visited their tiles (even to
     multiply by p = 0) would turn the output into NaN."""

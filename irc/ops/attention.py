@@ -48,8 +48,9 @@ def _infer(a, ts):
         raise ShapeError(f"model width {d} is not divisible by heads={h}")
     if a["rope"] and isinstance(d, int) and head_dim(a, d) % 2:
         raise ShapeError(f"rope needs an even head dimension, got {head_dim(a, d)}")
-    if x.shape[0] != kv.shape[0] and 1 not in (x.shape[0], kv.shape[0]):
-        raise ShapeError(f"query batch {x.shape[0]} differs from key/value batch {kv.shape[0]}")
+    if x.shape[0] != kv.shape[0] and kv.shape[0] != 1:
+        raise ShapeError(f"query batch {x.shape[0]} differs from key/value batch {kv.shape[0]} (keys and values "
+                         "of batch 1 are shared by every query sequence)")
     if len(ts) > 2:
         check_score_bias(ts[2], (x.shape[0], a["heads"], x.shape[1], kv.shape[1]))
     return [x]

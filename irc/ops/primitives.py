@@ -104,6 +104,9 @@ def _sdpa_infer(a, ts):
     same_dim(q.shape[3], k.shape[3], f"query width {q.shape[3]} differs from key width {k.shape[3]}")
     same_dim(k.shape[2], v.shape[2], f"{k.shape[2]} keys but {v.shape[2]} values")
     same_dim(k.shape[1], v.shape[1], f"{k.shape[1]} key heads but {v.shape[1]} value heads")
+    same_dim(k.shape[0], v.shape[0], f"key batch {k.shape[0]} differs from value batch {v.shape[0]}")
+    if k.shape[0] != 1:  # one key/value batch may serve every query batch
+        same_dim(q.shape[0], k.shape[0], f"query batch {q.shape[0]} differs from key/value batch {k.shape[0]}")
     if len(ts) > 3:
         broadcast(ts[3], q.with_shape(q.shape[:3] + (k.shape[2],)), "sdpa")
     return [q.with_shape(q.shape[:3] + (v.shape[3],))]

@@ -129,24 +129,24 @@ def _attention(ctx: Context, node: Node) -> Rewrite | None:
     x = node.inputs[0]
     kv = node.inputs[1] if len(node.inputs) > 1 else x
     b, t, d = ctx.types[x].shape
-    s = ctx.types[kv].shape[1]
+    bkv, s = ctx.types[kv].shape[:2]  # bkv is b, or 1: one key/value sequence for every query
     h, g, hd = a["heads"], kv_heads(a), head_dim(a, d)
 
-    def heads(v: str, n: int, length, name: str) -> str:
-        v = e.op("reshape", [v], {"shape": [b, length, n, hd]})
+    def heads(v: str, n: int, batch, length, name: str) -> str:
+        v = e.op("reshape", [v], {"shape": [batch, length, n, hd]})
         return e.op("transpose", [v], {"perm": [0, 2, 1, 3]}, name=f"{node.outputs[0]}.{name}")
 
-    q = heads(e.gemm(x, wq, bq), h, t, "q")
-    k = heads(e.gemm(kv, wk, bk), g, s, "k")
-    v = heads(e.gemm(kv, wv, bv), g, s, "v")
+    q = heads(e.gemm(x, wq, bq), h, b, t, "q")
+    k = heads(e.gemm(kv, wk, bk), g, bkv, s, "k")
+    v = heads(e.gemm(kv, wv, bv), g, bkv, s, "v")
     if a["rope"]:
         q = e.op("rope", [q], {"theta": a["rope_theta"]})
         k = e.op("rope", [k], {"theta": a["rope_theta"]})
     scale = a["scale"] if a["scale"] is not None else hd**-0.5
     if g != h:  # GQA: query head j reads key head j // (h/g); broadcast, never copy
         q = e.op("reshape", [q], {"shape": [b, g, h // g, t, hd]})
-        k = e.op("reshape", [k], {"shape": [b, g, 1, s, hd]})
-        v = e.op("reshape", [v], {"shape": [b, g, 1, s, hd]})
+        k = e.op("reshape", [k], {"shape": [bkv, g, 1, s, hd]})
+        v = e.op("reshape", [v], {"shape": [bkv, g, 1, s, hd]})
     rank = 5 if g != h else 4
     kt = e.op("transpose", [k], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]})
     scores = e.op("mul", [e.op("matmul", [q, kt])], {"scalar": float(scale)}, name=f"{node.outputs[0]}.scores")

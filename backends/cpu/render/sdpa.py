@@ -29,6 +29,7 @@ def {name}(q, k, v, bias, out, scale, parts):
     ng, ns = k.shape[1], k.shape[2]
     hv = v.shape[3]
     group = nh // ng
+    kstep = 1 if k.shape[0] > 1 else 0  # one key/value batch broadcasts over the queries
     nqt = (nt + {bq} - 1) // {bq}
     tasks = nb * nh * nqt
     for part in prange(parts):
@@ -44,6 +45,7 @@ def {name}(q, k, v, bias, out, scale, parts):
             qt = task % nqt
             h = (task // nqt) % nh
             n = task // (nqt * nh)
+            kn = n * kstep
             g = h // group
             i0 = qt * {bq}
             i1 = min(i0 + {bq}, nt)
@@ -61,7 +63,7 @@ def {name}(q, k, v, bias, out, scale, parts):
                 j1 = min(j0 + {bk}, jend)
                 kb = j1 - j0
                 s = sbuf[:m * kb].reshape(m, kb)
-                np.dot(qm, k[n, g, j0:j1].T, s)
+                np.dot(qm, k[kn, g, j0:j1].T, s)
 {mask}\
                 for r in range(m):
                     # row maximum in eight independent lanes (one chain does not vectorise)
@@ -105,7 +107,7 @@ def {name}(q, k, v, bias, out, scale, parts):
                         for d in range(hv):
                             acc[r, d] *= alpha
                 p = pbuf[:m * hv].reshape(m, hv)
-                np.dot(s, v[n, g, j0:j1], p)
+                np.dot(s, v[kn, g, j0:j1], p)
                 for r in range(m):
                     for d in range(hv):
                         acc[r, d] += p[r, d]

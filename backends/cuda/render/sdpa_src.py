@@ -165,7 +165,7 @@ def _scores(spec: AttnSpec) -> list[str]:
     lines += [f"    for e in range(tid, {t.bn * spec.dc}, {t.threads}):",
               f"        c = e // {spec.dc}",
               f"        dd = e % {spec.dc}",
-              "        Ks[dd, c] = k[n, g, k0 + c, d0 + dd] if k0 + c < s_len else np.float32(0.0)",
+              "        Ks[dd, c] = k[kn, g, k0 + c, d0 + dd] if k0 + c < s_len else np.float32(0.0)",
               "    cuda.syncthreads()",
               f"    for dd in range({spec.dc}):"]
     qrow = "d0 + dd" if spec.q_resident else "dd"
@@ -243,7 +243,7 @@ def _values(spec: AttnSpec) -> list[str]:
              f"            c = e // {width}",
              f"            dd = e % {width}",
              f"            ok = (k0 + c0 + c < s_len) & (dd < {spec.hdv})",
-             "            Vs[c, dd] = v[n, g, k0 + c0 + c, dd] if ok else np.float32(0.0)",
+             "            Vs[c, dd] = v[kn, g, k0 + c0 + c, dd] if ok else np.float32(0.0)",
              "    cuda.syncthreads()",
              "    if k0 + c0 < kend:",
              f"        for cc in range({spec.kc}):"]
@@ -297,10 +297,12 @@ def sdpa_kernel(spec: AttnSpec) -> Kernel:
         "nb1 = bias.shape[1] - 1",
         "nb2 = bias.shape[2] - 1",
         "nb3 = bias.shape[3] - 1",
+        "nk0 = k.shape[0] - 1  # one key/value batch broadcasts over the queries",
         "bh = cuda.blockIdx.y",
         "n = bh // heads",
         "h = bh % heads",
         "g = h // (heads // groups)",
+        "kn = min(n, nk0)",
         "q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * " + str(t.bm) + "  # longest tiles first",
         f"kend = min(s_len, q0 + {t.bm})  # causal: no tile above the diagonal" if spec.causal else "kend = s_len",
     ]
