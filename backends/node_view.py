@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from irc.backends.emit_common import concrete
 from irc.backends.literals import comment_text
-from irc.diagnostics import IrcError
+from irc.diagnostics import IrcError, raise_site
 from irc.graph import Node
 from irc.types import TensorType
 
@@ -42,7 +42,8 @@ class NodeView:
         return concrete(self.out_types[i].shape)
 
     def error(self, message: str) -> IrcError:
-        return IrcError(f"{self.BACKEND} backend: '{self.node.op}' {message}", self.node.loc)
+        """The error to raise, recorded as raised where ``raise ctx.error(...)`` stands."""
+        return IrcError(f"{self.BACKEND} backend: '{self.node.op}' {message}", self.node.loc, origin=raise_site())
 
     # -- weights -------------------------------------------------------------------
     def has_weight(self, name: str) -> bool:

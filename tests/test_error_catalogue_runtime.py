@@ -28,7 +28,7 @@ UNBOUND = "model m(B, D) {\n  input x: f32[B, D]\n  output y = linear(x, 3)\n}\n
 BOUND = "model m() {\n  input x: f32[2, 4]\n  output y = linear(x, 3)\n}\n"
 
 
-def _text(err: IrcError | UsageError) -> str:
+def printed_text(err: IrcError | UsageError) -> str:
     """What ``irc`` prints for ``err`` (irc.cli.main)."""
     return render(err) if isinstance(err, IrcError) else f"irc: error: {err}"
 
@@ -162,7 +162,7 @@ def staged_origins() -> set[str]:
 
 @pytest.mark.parametrize("case", STAGED, ids=lambda c: c.name)
 def test_staged_error_text(case: Staged) -> None:
-    assert _text(raise_staged(case)) == case.text
+    assert printed_text(raise_staged(case)) == case.text
 
 
 def test_missing_backend_package_through_the_cli(tmp_path: Path, irc_cli, monkeypatch: pytest.MonkeyPatch) -> None:
