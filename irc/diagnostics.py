@@ -158,6 +158,7 @@ _OS_WORDS = {
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
     errno.EISDIR: "it is a folder",
+    errno.ENOTDIR: "a part of the path is not a folder",
     errno.ENOSPC: "no space left on the device",
     errno.EROFS: "the file system is read-only",
     errno.ENAMETOOLONG: "the name is too long",

@@ -220,7 +220,8 @@ def test_embedding_rejects_ids_outside_the_table(cpu_cache):
     for bad in (11, -1):
         tokens = inputs["tokens"].copy()
         tokens[1, 3] = bad
-        with pytest.raises(IrcError, match=f"token id {bad} at flat position 10 is outside \\[0, 11\\)"):
+        want = f"token id {bad} \\(at flat position 10\\) is outside its vocabulary \\[0, 11\\)"
+        with pytest.raises(IrcError, match=want):
             compiled.run(weights, {**inputs, "tokens": tokens})
 
 

@@ -91,5 +91,5 @@ def test_bad_token_id_is_an_error_naming_it(cuda_cache):
     compiled = compile_graph(graph, cache_dir=cuda_cache)
     w, x = random_weights(graph), random_inputs(graph)
     x["tokens"][1, 3] = 61
-    with pytest.raises(IrcError, match=r"token id 61 at flat position 10 is outside \[0, 61\)"):
+    with pytest.raises(IrcError, match=r"token id 61 \(at flat position 10\) is outside its vocabulary \[0, 61\)"):
         compiled.run(w, x)

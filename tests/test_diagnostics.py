@@ -169,10 +169,6 @@ UNREACHED: dict[tuple[str, str], str] = {
     ("backends/__init__.py", "cannot emit source yet"): "both code-generating backends (cpu, cuda) define emit_source",
     ("irc/runtime/safetensors_files.py", "is not a readable .safetensors file"):
         "a safety net: check_header reports every damage the safetensors library checks for, first",
-    ("backends/cpu/cache.py", "is not a directory"): "Path.mkdir(exist_ok=True) refuses an existing non-directory "
-                                                     "first (STAGED cache_is_a_file)",
-    ("backends/cpu/render/attention.py", "cannot broadcast keys/values"):
-        "attention's shape inference rejects a key/value batch that is neither 1 nor the query batch first",
     ("backends/cpu/render/elementwise.py", "needs a floating-point input"):
         "the shape inference of every activation rejects an integer input first",
     ("backends/cuda/render/attention.py", "not a multiple of"):

@@ -323,16 +323,16 @@ STAGED = [
            "irc: error: weight 'e.weight' has shape [4, 10], the model expects [10, 4]"),
     Staged("cpu_weight_not_numbers", _cpu_weight_not_numbers, "irc: error: weight 'y.bias' holds bool, not numbers"),
     Staged("cpu_unknown_input", _cpu_unknown_input, "irc: error: unknown input 'z' (the model's inputs: ids, x)"),
-    Staged("cpu_missing_input", _cpu_missing_input, "irc: error: missing input 'x' (f32[2, 4])"),
+    Staged("cpu_missing_input", _cpu_missing_input, "irc: error: missing input 'x' (f32[2,4])"),
     Staged("cpu_input_shape", _cpu_input_shape,
            "irc: error: input 'x' has shape [4, 2], the model expects [2, 4]"),
     Staged("cpu_input_float_ids", _cpu_input_float_ids,
            "irc: error: input 'ids' must hold integers (i32), got float32"),
     Staged("cpu_input_not_numbers", _cpu_input_not_numbers, "irc: error: input 'x' holds bool, not numbers"),
     Staged("cpu_token_out_of_range", _cpu_token_out_of_range,
-           "irc: error: embedding %e: token id 12 at flat position 2 is outside [0, 10)"),
+           "irc: error: embedding 'e': token id 12 (at flat position 2) is outside its vocabulary [0, 10)"),
     Staged("cuda_token_out_of_range", _cuda_token_out_of_range,
-           "irc: error: embedding %e: token id 12 at flat position 2 is outside [0, 10)"),
+           "irc: error: embedding 'e': token id 12 (at flat position 2) is outside its vocabulary [0, 10)"),
     # numba.cuda and the device (backends/cuda/device.py), the cuda backend's settings
     Staged("cuda_not_importable", _cuda_not_importable,
            "irc: error: the cuda backend cannot import numba.cuda: ModuleNotFoundError: No module named 'numba.cuda'"),
@@ -346,9 +346,10 @@ STAGED = [
     Staged("cuda_attention_tile_setting", _cuda_attention_tile_setting,
            "irc: error: IRC_CUDA_ATTN_TILE='huge': expected one of narrow, wide, compact"),
     # the cache of generated code (backends/cpu/cache.py), shared by the cpu and cuda backends
-    Staged("cache_is_a_file", _cache_is_a_file, "irc: error: cannot use cache directory 'cache': File exists"),
+    Staged("cache_is_a_file", _cache_is_a_file, "irc: error: cache directory 'cache' is not a directory "
+           "(set IRC_CACHE_DIR to a directory)"),
     Staged("cache_cannot_be_made", _cache_cannot_be_made,
-           "irc: error: cannot use cache directory 'file/cache': Not a directory"),
+           "irc: error: cannot use cache directory 'file/cache': a part of the path is not a folder"),
     Staged("cache_of_another_user", _cache_of_another_user,
            "irc: error: cache directory 'cache' belongs to another user; its files would run as code "
            "(set IRC_CACHE_DIR to a directory of your own)"),

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from irc.diagnostics import IrcError
+from irc.diagnostics import IrcError, os_error_words
 from irc.graph import Graph
 from irc.printer import print_graph
 
@@ -83,13 +83,13 @@ def write_entry(path: Path, key: str, body: str) -> None:
 
 def prepare_dir(cache_dir: Path) -> Path:
     """Create the directory (private to this user) and refuse one that others can write."""
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise IrcError(f"cache directory '{cache_dir}' is not a directory (set IRC_CACHE_DIR to a directory)")
     try:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = cache_dir.stat()
     except OSError as e:
-        raise IrcError(f"cannot use cache directory '{cache_dir}': {e.strerror or e}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise IrcError(f"cache directory '{cache_dir}' is not a directory")
+        raise IrcError(f"cannot use cache directory '{cache_dir}': {os_error_words(e)}") from None
     if hasattr(os, "getuid"):
         if st.st_uid != os.getuid():
             raise IrcError(f"cache directory '{cache_dir}' belongs to another user; "

@@ -138,7 +138,7 @@ class CompiledGraph:
         out: dict[str, np.ndarray] = {}
         for name, (dtype, shape) in specs.items():
             if name not in inputs:
-                raise IrcError(f"missing input '{name}' ({dtype}{list(shape)})")
+                raise IrcError(f"missing input '{name}' ({dtype}[{','.join(str(d) for d in shape)}])")
             arr = np.asarray(inputs[name])
             if tuple(arr.shape) != tuple(shape):
                 raise IrcError(f"input '{name}' has shape {list(arr.shape)}, the model expects {list(shape)}")

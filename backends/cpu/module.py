@@ -74,7 +74,7 @@ INPUT_ERROR = '''
 class InputError(ValueError):
     """An input this graph cannot run on (such as a token id outside the table)."""
 '''
-BAD_TOKEN_ID = 'f"{where}: token id {token} at flat position {position} is outside [0, {vocab})"'
+BAD_TOKEN_ID = 'f"{where}: token id {token} (at flat position {position}) is outside its vocabulary [0, {vocab})"'
 
 # The generated module's preamble for SIGNATURES: the argument-type names and a helper.
 TYPES = """

@@ -216,7 +216,18 @@ class Builder:
                            f"(symbols: {known})", _loc(self.file, name_tok))
         if not self.graph.outputs:
             raise IrcError(f"model '{model}' has no 'output' statement", _loc(self.file, name_tok))
+        self._check_tied_heads()
         return self.graph
+
+    def _check_tied_heads(self) -> None:
+        """A tied head reads the table of an embedding some node calls; an instance never called has none."""
+        tables = {n.weights for n in self.graph.nodes if n.op == "embedding"}
+        for node in self.graph.nodes:
+            tied = node.attrs.get("tied") if node.op == "unembed" else None
+            if tied is not None and tied not in tables:
+                raise IrcError(f"unembed is tied to '{tied}', which is never called, so no node holds its table; "
+                               f"call it on the tokens ({tied}(tokens)) or drop tied= to give the head its own "
+                               "weights", node.loc)
 
     # -- statements -------------------------------------------------------------
     def _body(self, body: Tree, env: Env, scope: str, in_model: bool) -> list[Any] | None:

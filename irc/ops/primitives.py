@@ -96,8 +96,11 @@ register(OpDef("causal_mask", ("x",), (), _mask_infer,
 
 def _sdpa_infer(a, ts):
     q, k, v = ts[:3]
-    for t, what in ((q, "queries"), (k, "keys"), (v, "values")):
+    for t, what, one in ((q, "queries", "query"), (k, "keys", "key"), (v, "values", "value")):
         need_rank(t, (4,), f"{what} [B, H, T, hd]")
+        need_float(t, one)
+    if len(ts) > 3:
+        need_float(ts[3], "bias")
     h, g = q.shape[1], k.shape[1]
     if isinstance(h, int) and isinstance(g, int) and h % g:
         raise ShapeError(f"{h} query heads are not a multiple of {g} key/value heads")

@@ -161,9 +161,7 @@ def render_attention(ctx: NodeCtx) -> None:
     hd = ctx.weight_shape("wq")[0] // heads
     scale = ctx.attr("scale", 1.0 / math.sqrt(hd))
     theta = float(ctx.attr("rope_theta", 10000.0))
-    if kvs[0] != xs[0]:
-        if kvs[0] != 1:
-            raise ctx.error(f"cannot broadcast keys/values of batch {kvs[0]} to queries of batch {xs[0]}")
+    if kvs[0] != xs[0]:  # one key/value sequence for every query (shape inference allows only 1)
         kv = f"np.ascontiguousarray(np.broadcast_to({kv}, {shape_literal((xs[0],) + kvs[1:])}))"
     has_bias = len(ctx.args) > 2
     k = ctx.kernel(attention_kernel(causal, rope, buckets_n is not None, has_bias))

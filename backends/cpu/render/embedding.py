@@ -37,7 +37,7 @@ def render_embedding(ctx: NodeCtx) -> None:
     out = ctx.alloc()
     shape = ctx.out_shape()
     vocab = ctx.weight_shape("weight")[0]
-    where = str_literal(f"embedding %{ctx.node.outputs[0]}")
+    where = str_literal(f"embedding '{ctx.node.outputs[0]}'")
     ctx.emit(f"bad = {k}({ids}.reshape(-1).astype(np.int64), {ctx.weight('weight')}, {ctx.rows(out, shape)})")
     ctx.emit("if bad >= 0:")
     ctx.emit(f"    raise InputError({helper}({where}, {ids}, bad, {vocab}))")

@@ -63,7 +63,7 @@ def copy_launch(ctx: Ctx, src: str, dst: str, shape: tuple[int, ...], sstrides: 
         return
     shape, sstrides, tstrides = simplify(shape, sstrides, tstrides)
     if len(shape) > MAX_RANK:
-        raise ctx.error(f"moves a block of {len(shape)} strided axes; the cuda backend copies at most {MAX_RANK}")
+        raise ctx.error(f"moves a block with {len(shape)} strided axes; at most {MAX_RANK} are supported")
     k = ctx.kernel(copy_kernel(len(shape)))
     args = [src, dst, ctx.i(total)] + [ctx.i(d) for d in shape] + [ctx.i(s) for s in sstrides] + [ctx.i(soff)]
     args += [ctx.i(t) for t in tstrides] + [ctx.i(toff)]

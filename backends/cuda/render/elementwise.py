@@ -9,7 +9,7 @@ from irc.backends.cpu.module import A1, F32, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx, dims, rows_of
 from irc.backends.cuda.render.copy import contiguous_strides, copy_launch
-from irc.backends.cuda.render.rows import row_shape, softmax_kernel
+from irc.backends.cuda.render.rows import row_shape_for, softmax_kernel
 
 # Activations as float32 expressions of ``v`` (``p``: the op's one parameter). Constants are
 # np.float32 on purpose: a bare float literal is float64 in numba and promotes everything.
@@ -108,8 +108,7 @@ def broadcast_into(ctx: Ctx, src: str, shape: tuple[int, ...], out_shape: tuple[
 
 def render_binary(ctx: Ctx) -> None:
     op = ctx.node.op
-    if not all(t.is_float for t in ctx.out_types):
-        raise ctx.error(f"integer arithmetic ({ctx.out_types[0]}) is not supported by the cuda backend")
+    ctx.need_float()
     out_shape = ctx.out_shape()
     n = prod(out_shape)
     grid, block = ctx.flat_grid(n)
@@ -141,9 +140,7 @@ def render_binary(ctx: Ctx) -> None:
 # -- softmax and the causal mask ------------------------------------------------------------
 
 def softmax_rows(ctx: Ctx, src: int, dst: int, rows: int, d: int) -> None:
-    rs = row_shape(d)
-    if rs is None:
-        raise ctx.error(f"normalises rows of {d}; the cuda backend keeps a row in registers, at most 32768")
+    rs = row_shape_for(ctx, d)
     k = ctx.parts.reducing_kernel(lambda path: softmax_kernel(rs, path))
     ctx.launch(k, dims(rows), dims(rs.threads), [ctx.v(ctx.view(src, (rows, d))), ctx.v(ctx.view(dst, (rows, d)))])
 

@@ -24,7 +24,7 @@ def render_embedding(ctx: Ctx) -> None:
     vocab, d = ctx.params["weight"]
     ids = ctx.ins[0]
     host = ctx.parts.host_inputs.get(ids, f"V[{ids}].copy_to_host()")  # computed ids: fetched to check
-    where = str_literal(f"embedding %{ctx.node.outputs[0]}")
+    where = str_literal(f"embedding '{ctx.node.outputs[0]}'")
     ctx.emit(f"check_ids({host}, {int_literal(vocab)}, {where})")
     out = ctx.alloc()
     n = prod(ctx.out_shape())

@@ -7,16 +7,14 @@ from math import prod
 from irc.backends.cpu.module import A1, F32, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx, dims, rows_of
-from irc.backends.cuda.render.rows import norm_kernel, row_shape
+from irc.backends.cuda.render.rows import norm_kernel, row_shape_for
 
 
 def _norm(ctx: Ctx, kind: str, residual: bool) -> None:
     ctx.need_float()
     shape = ctx.in_shape(0)
     rows, d = rows_of(shape)
-    rs = row_shape(d)
-    if rs is None:
-        raise ctx.error(f"normalises rows of {d}; the cuda backend keeps a row in registers, at most 32768")
+    rs = row_shape_for(ctx, d)
     affine = bool(ctx.attr("affine", True))
     gain = affine and ctx.has_weight("gain")
     bias = affine and ctx.has_weight("bias")

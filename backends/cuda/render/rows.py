@@ -31,6 +31,15 @@ class RowShape:
         return self.threads * self.per_thread == self.d
 
 
+def row_shape_for(ctx, d: int) -> RowShape:
+    """``row_shape(d)`` for a node's rows; an error naming the node when a row does not fit."""
+    rs = row_shape(d)
+    if rs is None:
+        raise ctx.error(f"normalises rows of {d} values; a row must fit in one thread block's registers "
+                        f"(at most {MAX_THREADS * MAX_PER_THREAD} values)")
+    return rs
+
+
 def row_shape(d: int) -> RowShape | None:
     """Threads and values per thread for rows of ``d``; None when a row does not fit."""
     for e in range(PER_THREAD, 0, -1):  # an exact split needs no bounds checks
