@@ -91,6 +91,34 @@ def test_kv_cache_scales_with_batch_and_context(analyze: Callable) -> None:
     assert totals["kv_cache_bytes"] == 131_072 * 2048 * 4
 
 
+MISTRAL = Path(__file__).resolve().parents[1] / "models" / "mistral_7b.arch"
+
+
+def test_sliding_window_caps_the_kv_cache(analyze: Callable) -> None:
+    """Mistral 7B's rolling buffer: 32 layers × 2 × 8 KV heads × 128 × 2 B = 128 KiB per token, held
+    for at most 4,096 tokens. Its paper: at 32k tokens this "reduces the cache memory usage by 8x"."""
+    short = analyze(MISTRAL, "-D", "T=16", "--context", "4096")["totals"]
+    long = analyze(MISTRAL, "-D", "T=16", "--context", "32768")["totals"]
+    assert long["kv_cache_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
+    assert long["kv_cache_window_tokens"] == 4096
+    assert short["kv_cache_bytes"] == long["kv_cache_bytes"] == 131_072 * 4096  # 512 MiB
+    assert long["kv_cache_bytes"] * 8 == 131_072 * 32768  # 8× less than a full cache
+
+
+def test_sliding_window_attention_flops_count_the_visible_keys(analyze: Callable, tmp_path: Path) -> None:
+    """Q·Kᵀ and ·V over the (query, key) pairs the mask keeps, counted by brute force here."""
+    import numpy as np
+
+    t, s_len, window, heads, hd = 300, 300, 37, 4, 8
+    path = _write(tmp_path, f"model m() {{ input x: f32[1, {t}, {heads * hd}]\n"
+                            f" output y = attention(x, heads={heads}, causal=true, window={window}) }}")
+    rows = analyze(path)["layers"]
+    attention = next(r for r in rows if r["op"] == "attention")
+    j, i = np.arange(s_len)[None, :], np.arange(t)[:, None]
+    pairs = int(((j <= i) & (j > i - window)).sum())
+    assert attention["flops_forward_by_kind"]["attention"] == 2 * 2 * pairs * heads * hd
+
+
 def test_an_encoder_caches_nothing(analyze: Callable) -> None:
     totals = analyze(SEED / "mha_4096.arch")["totals"]  # non-causal self-attention
     assert totals["kv_cache_bytes_per_token"] == 0 and totals["kv_cache_bytes"] == 0

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from irc.backends.numpy_ref.attention import sdpa
+from irc.pipeline import run_passes
 from irc.runtime.compare import reference_errors, rel_error
 from irc.runtime.graphs import graph_from_source
 from irc.runtime.weights import check_weights
@@ -60,6 +61,19 @@ def test_sdpa(h, g, t, s, causal, scale):
     assert rel_error(sdpa(*(a.astype(np.float64) for a in (q, k, v)), causal, scale), want) <= TOL64
 
 
+@pytest.mark.parametrize("h,g,t,s,window", [(4, 4, 9, 9, 1), (4, 4, 9, 9, 3), (8, 2, 6, 10, 4), (4, 1, 7, 7, 7),
+                                             (4, 4, 5, 5, 50)])
+def test_sdpa_sliding_window(h, g, t, s, window):
+    rng = np.random.default_rng(window * 10 + t)
+    q, k, v = f32(rng, 2, h, t, 8), f32(rng, 2, g, s, 8), f32(rng, 2, g, s, 8)
+    want = F.scaled_dot_product_attention(t64(q), t64(k), t64(v), attn_mask=sliding_mask(t, s, window),
+                                          enable_gqa=g != h).numpy()
+    assert rel_error(sdpa(q, k, v, True, None, window=window), want) <= TOL32
+    assert rel_error(sdpa(*(a.astype(np.float64) for a in (q, k, v)), True, None, window=window), want) <= TOL64
+    if window < t:  # the window changes the result: the comparison can fail
+        assert rel_error(sdpa(q, k, v, True, None), want) > 1e-3
+
+
 def _projections(rng, d: int, heads: int, kv_heads: int, hd: int, bias: bool, dkv: int | None = None):
     dkv = dkv or d
     w = {"wq": f32(rng, heads * hd, d, scale=0.3), "wk": f32(rng, kv_heads * hd, dkv, scale=0.3),
@@ -70,7 +84,12 @@ def _projections(rng, d: int, heads: int, kv_heads: int, hd: int, bias: bool, dk
     return w
 
 
-def torch_attention(x, kv, w, heads, kv_heads, causal, rope_theta=None):
+def sliding_mask(t: int, s: int, window: int) -> torch.Tensor:
+    """Mistral's mask from torch's own tril/triu: key j is visible to query i when i − window < j <= i."""
+    return torch.ones(t, s, dtype=torch.bool).tril().triu(-(window - 1))
+
+
+def torch_attention(x, kv, w, heads, kv_heads, causal, rope_theta=None, window=None):
     """Projections, heads, optional rotate-half RoPE (as Llama's apply_rotary_pos_emb), F.sdpa, wo."""
     def proj(a, name, n):
         y = t64(a) @ t64(w["w" + name]).T + (t64(w["b" + name]) if "b" + name in w else 0)
@@ -87,7 +106,11 @@ def torch_attention(x, kv, w, heads, kv_heads, causal, rope_theta=None):
             half = torch.cat([-a[..., hd // 2:], a[..., :hd // 2]], dim=-1)
             return a * emb.cos() + half * emb.sin()
         q, k = rot(q), rot(k)
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=heads != kv_heads)
+    if window is None:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=heads != kv_heads)
+    else:
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=sliding_mask(q.shape[2], k.shape[2], window),
+                                           enable_gqa=heads != kv_heads)
     o = o.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
     return o @ t64(w["wo"]).T + (t64(w["bo"]) if "bo" in w else 0)
 
@@ -111,6 +134,19 @@ def test_cross_attention():
                               " output y = attention(x, mem, heads=3, bias=true) }")
     weights = {f"y.{k}": v for k, v in w.items()}
     assert_matches(graph, weights, {"x": x, "mem": mem}, {"y": torch_attention(x, mem, w, 3, 3, False)})
+
+
+def test_attention_sliding_window_gqa_rope():
+    """Mistral's layer: GQA, RoPE and a window of 3 over 8 tokens, lowered and fused as irc runs it."""
+    rng = np.random.default_rng(11)
+    x = f32(rng, 2, 8, 16)
+    w = _projections(rng, 16, 4, 2, 4, False)
+    graph = graph_from_source("model m() { input x: f32[2, 8, 16]\n"
+                              " output y = attention(x, heads=4, kv_heads=2, causal=true, rope=true, window=3) }")
+    weights = {f"y.{k}": v for k, v in w.items()}
+    want = {"y": torch_attention(x, x, w, 4, 2, True, rope_theta=10000.0, window=3)}
+    assert_matches(graph, weights, {"x": x}, want)
+    assert_matches(run_passes(graph, ["fuse"]), weights, {"x": x}, want)
 
 
 def test_attention_rope():

@@ -11,12 +11,22 @@ from irc.backends.numpy_ref.elementwise import softmax
 from irc.graph import Node
 
 
+def hidden_keys(t: int, s: int, window: int | None = None) -> np.ndarray:
+    """[T, S] True where the causal mask hides key j from query i: j > i, or j <= i − window."""
+    j, i = np.arange(s)[None, :], np.arange(t)[:, None]
+    hidden = j > i
+    if window is not None:
+        hidden |= j <= i - window
+    return hidden
+
+
 def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, scale: float | None = None,
-         bias: np.ndarray | None = None) -> np.ndarray:
+         bias: np.ndarray | None = None, window: int | None = None) -> np.ndarray:
     """softmax(q·kᵀ·scale + bias [+ mask])·v on [B, H, T, hd] / [B, G, S, hd] with G dividing H.
 
     Query head h reads kv head h // (H/G) (PyTorch's ``enable_gqa``). The causal mask hides
-    key j > i (top-left aligned); a row with every key hidden outputs zeros.
+    key j > i (top-left aligned), and with a sliding ``window`` also j <= i − window; a row
+    with every key hidden outputs zeros.
     """
     heads, groups = q.shape[1], k.shape[1]
     if groups != heads:
@@ -28,9 +38,7 @@ def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, scal
     if bias is not None:
         scores = scores + bias
     if causal:
-        t, s = scores.shape[-2:]
-        future = np.arange(s)[None, :] > np.arange(t)[:, None]
-        scores = np.where(future, -np.inf, scores)
+        scores = np.where(hidden_keys(*scores.shape[-2:], window), -np.inf, scores)
     return softmax(scores, axis=-1) @ v
 
 
@@ -100,7 +108,7 @@ def attention(node: Node, args, w):
         table = rel_bias(w["rel_bias"], q.shape[2], k.shape[2], a["rel_buckets"], a.get("rel_max_distance") or 128,
                          bidirectional=not a.get("causal"))
         bias = table if bias is None else bias + table
-    out = sdpa(q, k, v, bool(a.get("causal")), a.get("scale"), bias)
+    out = sdpa(q, k, v, bool(a.get("causal")), a.get("scale"), bias, a.get("window"))
     b, _, t, _ = out.shape
     out = out.transpose(0, 2, 1, 3).reshape(b, t, -1)
     return affine(out, w["wo"], w.get("bo"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from irc.backends.numpy_ref.attention import rope, sdpa
+from irc.backends.numpy_ref.attention import hidden_keys, rope, sdpa
 from irc.backends.numpy_ref.dense import affine
 from irc.backends.numpy_ref.elementwise import ACT
 from irc.backends.numpy_ref.norm import layernorm, rmsnorm
@@ -36,15 +36,14 @@ def gemm_multi(node: Node, args, w):
 
 def causal_mask(node: Node, args, w):
     (x,) = args
-    t, s = x.shape[-2:]
-    future = np.arange(s)[None, :] > np.arange(t)[:, None]
-    return np.where(future, -np.inf, x).astype(x.dtype)
+    hidden = hidden_keys(*x.shape[-2:], node.attrs.get("window"))
+    return np.where(hidden, -np.inf, x).astype(x.dtype)
 
 
 def sdpa_op(node: Node, args, w):
     q, k, v = args[:3]
     bias = args[3] if len(args) > 3 else None
-    return sdpa(q, k, v, node.attrs["causal"], node.attrs["scale"], bias)
+    return sdpa(q, k, v, node.attrs["causal"], node.attrs["scale"], bias, node.attrs.get("window"))
 
 
 def add_norm(node: Node, args, w):

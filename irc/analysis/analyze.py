@@ -157,7 +157,8 @@ def analyze_graph(graph: Graph, bindings: list[Binding], options: Options) -> An
         "saved_activation_bytes_training": memory.saved_for_training_bytes,
         "kv_cache_bytes_per_token": kv.per_token_bytes,
         "kv_cache_context_tokens": context if kv.cached_layers else None,
-        "kv_cache_bytes": kv.per_token_bytes * context * batch if kv.cached_layers and context else 0,
+        "kv_cache_bytes": kv.bytes_at(context) * batch if kv.cached_layers and context else 0,
+        "kv_cache_window_tokens": kv.window,
         "kv_cache_cross_bytes": kv.cross_bytes,
         "recurrent_state_bytes": kv.recurrent_state_bytes,
     }

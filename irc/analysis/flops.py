@@ -191,11 +191,20 @@ def causal_pairs(t: int, s: int) -> int:
     return s * (s + 1) // 2 + (t - s) * s
 
 
+def visible_pairs(t: int, s: int, causal: bool, window: int | None) -> int:
+    """(query, key) pairs a mask keeps. A sliding window also hides j <= i − W: for query i that
+    is min(i − W + 1, S) keys once i >= W, which sums to causal_pairs(T − W, S)."""
+    if not causal:
+        return t * s
+    hidden = causal_pairs(t - window, s) if window is not None and t > window else 0
+    return causal_pairs(t, s) - hidden
+
+
 def attention_pairs(node: Node, ins: list[TensorType]) -> int:
     """(query, key) pairs per batch element and head that attention actually computes."""
     t = ins[0].shape[1]
     s = ins[1].shape[1] if len(ins) > 1 else t
-    return causal_pairs(t, s) if node.attrs["causal"] else t * s
+    return visible_pairs(t, s, node.attrs["causal"], node.attrs.get("window"))
 
 
 def attention_flops_per_pair(attrs: dict, d_model: int) -> int:
@@ -281,7 +290,7 @@ def _sdpa(node: Node, ins: list[TensorType], outs: list[TensorType]) -> Cost:
     q, k = ins[0], ins[1]
     b, h, t, hd = q.shape
     s = k.shape[2]
-    pairs = b * h * (causal_pairs(t, s) if node.attrs["causal"] else t * s)
+    pairs = b * h * visible_pairs(t, s, node.attrs["causal"], node.attrs.get("window"))
     c = Cost().mac("attention", 2 * pairs * hd)
     c.add("softmax", SOFTMAX_PER_ELEMENT * pairs)
     c.add("elementwise", pairs * (2 if len(ins) > 3 else 1))  # the scale (and an additive bias)

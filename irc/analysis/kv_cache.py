@@ -4,13 +4,14 @@ Every causal self-attention layer caches one key and one value per token:
     bytes per token = Σ over layers of 2 · kv_heads · d_head · bytes per number
 (2·L·d_kv·bytes for a uniform stack: MHA d_kv = d, GQA shares KV heads, MQA keeps one).
 Cross-attention caches its encoder keys and values once per sequence; non-causal
-self-attention (an encoder) does not decode and caches nothing. A recurrent layer keeps
-a fixed-size state instead, however long the sequence.
+self-attention (an encoder) does not decode and caches nothing. A sliding-window layer
+(Mistral) keeps only its last W tokens: a rolling buffer of min(n, W) entries. A recurrent
+layer keeps a fixed-size state instead, however long the sequence.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from irc.graph import Graph
 from irc.ops.attention import head_dim, is_cross, kv_heads
@@ -23,12 +24,26 @@ class KVCache:
     cross_bytes: int  # encoder keys and values held by cross-attention, per batch
     cached_layers: int
     recurrent_state_bytes: int  # h (and c) of every recurrent layer, per batch
+    windows: list[tuple[int, int]] = field(default_factory=list)  # (bytes per token, W) of sliding layers
+
+    def bytes_at(self, context: int) -> int:
+        """One sequence's cache after ``context`` tokens: sliding layers stop growing at W."""
+        capped = sum(per * max(context - w, 0) for per, w in self.windows)
+        return self.per_token_bytes * context - capped
+
+    @property
+    def window(self) -> int | None:
+        """The largest sliding window when every cached layer slides (then the cache stops growing)."""
+        if self.windows and len(self.windows) == self.cached_layers:
+            return max(w for _, w in self.windows)
+        return None
 
 
 def analyse_kv(graph: Graph, kv_dtype: str, act_dtype: str) -> KVCache:
     types = graph.value_types()
     per_number = DTYPE_BYTES[kv_dtype]
     per_token = cross = layers = state = 0
+    windows: list[tuple[int, int]] = []
     for node in graph.nodes:
         if node.op in ("rnn", "lstm", "gru"):
             state += sum(int(t.numel()) for t in node.types[1:]) * int(DTYPE_BYTES[act_dtype])
@@ -43,4 +58,6 @@ def analyse_kv(graph: Graph, kv_dtype: str, act_dtype: str) -> KVCache:
         elif node.attrs["causal"]:
             per_token += int(2 * width * per_number)
             layers += 1
-    return KVCache(per_token, cross, layers, state)
+            if node.attrs.get("window") is not None:
+                windows.append((int(2 * width * per_number), node.attrs["window"]))
+    return KVCache(per_token, cross, layers, state, windows)

@@ -96,6 +96,8 @@ def _summary(a: Analysis) -> list[str]:
              f"at {o.kv_dtype} over {a.kv.cached_layers} layers"
         if t["kv_cache_context_tokens"]:
             kv += f"; {binary_bytes(t['kv_cache_bytes'])} at {commas(t['kv_cache_context_tokens'])} tokens"
+        if t["kv_cache_window_tokens"]:
+            kv += f" (sliding window: no more than {commas(t['kv_cache_window_tokens'])} tokens per layer)"
         rows.append(("KV cache", kv))
     if t["kv_cache_cross_bytes"]:
         rows.append(("cross-attention KV", binary_bytes(t["kv_cache_cross_bytes"])))

@@ -53,9 +53,11 @@ def transformer_figures(rows: list[Row], totals: dict[str, Any], context: int | 
         "attention_crossover_tokens": round(crossover),
     }
     if context:
+        window = totals.get("kv_cache_window_tokens")
+        keys = min(context, window) if window else context  # a sliding window reads at most W keys
         out["context_tokens"] = context
-        out["attention_flops_per_token_at_context"] = per_pair * context
-        share = per_pair * context / (per_pair * context + linear_per_token)
+        out["attention_flops_per_token_at_context"] = per_pair * keys
+        share = per_pair * keys / (per_pair * keys + linear_per_token)
         out["attention_share_at_context"] = round(float(share), 4)
     return out
 

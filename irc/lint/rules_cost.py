@@ -52,8 +52,8 @@ def kv_cache(ctx: LintContext) -> list[Finding]:
     if any(kv_heads(n.attrs) != n.attrs["heads"] for n in cached):
         return []  # already shares KV heads
     n_tokens = ctx.types[cached[0].inputs[0]].shape[1]
-    per_token = analyse_kv(ctx.graph, "f16", "f32").per_token_bytes
-    total = per_token * n_tokens
+    kv = analyse_kv(ctx.graph, "f16", "f32")
+    per_token, total = kv.per_token_bytes, kv.bytes_at(n_tokens)
     if total <= KV_MAX_BYTES:
         return []
     first = cached[0]

@@ -48,6 +48,9 @@ def _infer(a, ts):
         raise ShapeError(f"model width {d} is not divisible by heads={h}")
     if a["rope"] and isinstance(d, int) and head_dim(a, d) % 2:
         raise ShapeError(f"rope needs an even head dimension, got {head_dim(a, d)}")
+    if a["window"] is not None and not a["causal"]:
+        raise ShapeError("window= slides the causal mask (query i sees keys i − window < j <= i); "
+                         "it needs causal=true")
     if x.shape[0] != kv.shape[0] and kv.shape[0] != 1:
         raise ShapeError(f"query batch {x.shape[0]} differs from key/value batch {kv.shape[0]} (keys and values "
                          "of batch 1 are shared by every query sequence)")
@@ -93,6 +96,7 @@ register(OpDef(
         Attr("rope_theta", "float", None, doc="default 10000"),
         Attr("rel_buckets", "posint", None, doc="T5 relative-position bias buckets (a [buckets, heads] table)"),
         Attr("rel_max_distance", "posint", None, doc="default 128"),
+        Attr("window", "posint", None, doc="sliding window (Mistral): query i sees keys i − window < j <= i"),
     ),
     _infer, _params, aliases=("mha", "multihead_attention"),
     doc="softmax(Q·Kᵀ·scale [+ attn_bias] [+ causal mask])·V with projections wq, wk, wv, wo",

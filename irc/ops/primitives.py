@@ -90,12 +90,16 @@ def _mask_infer(a, ts):
     return [x]
 
 
-register(OpDef("causal_mask", ("x",), (), _mask_infer,
-               doc="scores with key j > query i set to −∞ (top-left aligned)"))
+WINDOW = Attr("window", "posint", None, doc="sliding window: query i also loses keys j <= i − window")
+
+register(OpDef("causal_mask", ("x",), (WINDOW,), _mask_infer,
+               doc="scores with key j > query i (or j <= i − window) set to −∞ (top-left aligned)"))
 
 
 def _sdpa_infer(a, ts):
     q, k, v = ts[:3]
+    if a["window"] is not None and not a["causal"]:
+        raise ShapeError("window= slides a causal mask; it needs causal=true")
     for t, what, one in ((q, "queries", "query"), (k, "keys", "key"), (v, "values", "value")):
         need_rank(t, (4,), f"{what} [B, H, T, hd]")
         need_float(t, one)
@@ -117,7 +121,7 @@ def _sdpa_infer(a, ts):
 
 register(OpDef(
     "sdpa", ("q", "k", "v", "bias?"),
-    (Attr("scale", "float"), Attr("causal", "bool", False)),
+    (Attr("scale", "float"), Attr("causal", "bool", False), WINDOW),
     _sdpa_infer,
     doc="fused attention core softmax(q·kᵀ·scale [+ bias] [causal])·v; GQA by head index, no n×n buffer",
 ))

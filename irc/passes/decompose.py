@@ -160,7 +160,7 @@ def _attention(ctx: Context, node: Node) -> Rewrite | None:
             bias = e.op("reshape", [bias], {"shape": list(shape)})
         scores = e.op("add", [scores, bias])
     if a["causal"]:
-        scores = e.op("causal_mask", [scores])
+        scores = e.op("causal_mask", [scores], {"window": a["window"]})
     probs = e.op("softmax", [scores], {"axis": -1}, name=f"{node.outputs[0]}.probs")
     ctx_name = f"{node.outputs[0]}.ctx"
     ctx_v = e.op("matmul", [probs, v], name=None if g != h else ctx_name)

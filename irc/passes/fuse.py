@@ -49,12 +49,12 @@ def fuse_attention_rule(ctx: Context, node: Node) -> Rewrite | None:
     if sm is None or not ctx.only_user(probs, node) or sm.attrs["axis"] not in (-1, len(ctx.types[probs].shape) - 1):
         return None
     scores = sm.inputs[0]
-    causal = False
+    causal, window = False, None
     mask = ctx.prod(scores, "causal_mask")
     if mask is not None:
         if not ctx.only_user(scores, sm):
             return None
-        causal, scores, reader = True, mask.inputs[0], mask
+        causal, window, scores, reader = True, mask.attrs["window"], mask.inputs[0], mask
     else:
         reader = sm
     bias = None
@@ -79,7 +79,7 @@ def fuse_attention_rule(ctx: Context, node: Node) -> Rewrite | None:
     q4, k4, v4 = (_strip_heads_view(ctx, x) for x in (q, tr.inputs[0], v))
     if any(len(ctx.types[x].shape) != 4 for x in (q4, k4, v4)):
         return None
-    attrs = {"scale": scaled.attrs["scalar"], "causal": causal}
+    attrs = {"scale": scaled.attrs["scalar"], "causal": causal, "window": window}
     operands = [q4, k4, v4] + ([bias] if bias is not None else [])
     if rank == 5:  # the 5-D context is reshaped back to [B, H, T, hd] by its only reader
         readers = ctx.users.get(node.outputs[0], [])
