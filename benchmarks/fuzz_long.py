@@ -2,6 +2,11 @@
 
     IRC_FUZZ_EXAMPLES=100000 nice python benchmarks/fuzz_long.py [--seed N] [--json out.json]
 
+Each case is compiled (build, shape inference, IR round trip, ``--passes fuse``) and, when
+it compiles, carried through ``irc analyze`` (text, JSON, ``--context``), ``irc lint`` and
+``irc run`` on the NumPy reference (small concrete graphs only), as tests/fuzz/commands.py
+describes; the "commands" lines count how each of those ended.
+
 Cases are split over the strategies in the proportions the CI suite uses, and run in
 chunks of IRC_FUZZ_CHUNK (default 2,000) with a fresh random seed each, so progress is
 printed as it goes and hypothesis's bookkeeping stays small. Unlike the CI test, a finding
@@ -58,11 +63,16 @@ def main() -> int:
           f"seed {args.seed}")
     for n in names:
         print(f"  {n:10s} {tallies[n].summary()}; slowest {tallies[n].slowest[0]:.2f} s")
+        print(f"  {'':10s} commands: {tallies[n].stage_summary()}")
     statuses: dict[str, int] = {}
+    stages: dict[str, int] = {}
     for t in tallies.values():
         for k, v in t.statuses.items():
             statuses[k] = statuses.get(k, 0) + v
+        for k, v in t.stages.items():
+            stages[k] = stages.get(k, 0) + v
     print("outcomes:", ", ".join(f"{k} {v:,}" for k, v in sorted(statuses.items())))
+    print("commands:", ", ".join(f"{k} {v:,}" for k, v in sorted(stages.items())))
     new = {sig: ex for t in tallies.values() for sig, ex in t.new.items()}
     print(f"new kinds of finding: {len(new)}")
     for sig, (case, verdict) in sorted(new.items()):
@@ -70,7 +80,8 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "cases": cases, "distinct": distinct, "seconds": round(elapsed, 1), "seed": args.seed, "outcomes": statuses,
-            "per_strategy": {n: dict(t.statuses) for n, t in tallies.items()},
+            "commands": stages, "per_strategy": {n: dict(t.statuses) for n, t in tallies.items()},
+            "commands_per_strategy": {n: dict(t.stages) for n, t in tallies.items()},
             "new": {sig: report(case, verdict)[:3000] for sig, (case, verdict) in sorted(new.items())},
         }, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 1 if new else 0

@@ -53,6 +53,14 @@ UNIT_GRAD = 1 / (1 + math.exp(-1)) * (1 - 1 / (1 + math.exp(-1)))  # p(1−p) at
 TOLERANCE = 0.10  # a scale within 10% of 1/√d_k is taken as intended
 
 
+def _smaller(grad: float) -> str:
+    """How much smaller than at unit sd a gradient is: 5.2e17× at scale=15 and d_k=8; at scale=1e200 it is 0."""
+    if grad == 0:
+        return "it underflows to 0"
+    ratio = UNIT_GRAD / grad
+    return f"{sig(ratio) if ratio < 1e15 else f'{ratio:.1e}'.replace('e+', 'e')}× smaller"
+
+
 @rule("IRC-W102", "attention-scale", "attention scores scaled by something other than 1/√d_k")
 def scale(ctx: LintContext) -> list[Finding]:
     out = []
@@ -70,12 +78,12 @@ def scale(ctx: LintContext) -> list[Finding]:
                 f"{math.sqrt(dk):.1f}" + (" and unscaled they keep it" if s == 1 else
                                           f", and times {s:.4g} they have sd {sd:.2g}"))
         if sd > 1:
-            p = 1 / (1 + math.exp(-sd))
-            grad = p * (1 - p)
-            mechanism = (f"{base}: two keys one sd apart get weights {p:.5f} and {sci(1 - p)} (near one-hot) and "
+            tail = math.exp(-sd)  # 1 − p as e^−sd / (1 + e^−sd): no cancellation once p rounds to 1
+            p, q = 1 / (1 + tail), tail / (1 + tail)
+            grad = p * q
+            mechanism = (f"{base}: two keys one sd apart get weights {p:.5f} and {sci(q)} (near one-hot) and "
                          f"the gradient through them is p(1−p) = {sci(grad)} instead of {fixed(UNIT_GRAD)} at unit "
-                         f"sd ({sig(UNIT_GRAD / grad)}× smaller), so the attention pattern freezes where "
-                         "initialization put it")
+                         f"sd ({_smaller(grad)}), so the attention pattern freezes where initialization put it")
             what = "sharpens the softmax"
         else:
             mechanism = (f"{base}: a one-sd gap between two keys changes their weights by only "

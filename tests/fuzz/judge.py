@@ -3,7 +3,9 @@
 The property: every input ends with a typed graph whose IR text round-trips through
 irc.printer / irc.ir_parser, or with an IrcError at a real line and column of a real
 file. Anything else (another exception, a location outside the file, a round trip that
-changes the text) is a finding, returned as a verdict rather than raised.
+changes the text) is a finding, returned as a verdict rather than raised. A graph that
+compiles then goes through the other commands (fuzz.commands: irc analyze, irc lint, irc
+run on the NumPy reference), each held to the same property.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ OK, ERROR = "ok", "error"
 CRASH, NO_LOC, BAD_LOC, ROUNDTRIP, HANG = "crash", "no-loc", "bad-loc", "roundtrip", "hang"
 IMPOSSIBLE = "impossible-type"  # a result type with a size that cannot be positive
 REJECTED, WRONG_TYPE = "rejected-valid", "wrong-type"  # only for generated valid models
-FINDINGS = (CRASH, NO_LOC, BAD_LOC, ROUNDTRIP, HANG, IMPOSSIBLE, REJECTED, WRONG_TYPE)
+RUN_SHAPE = "run-shape"  # the reference backend's output has another shape than irc inferred
+FINDINGS = (CRASH, NO_LOC, BAD_LOC, ROUNDTRIP, HANG, IMPOSSIBLE, REJECTED, WRONG_TYPE, RUN_SHAPE)
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Verdict:
     exc_type: str = ""
     frames: list[tuple[str, str, int]] = field(default_factory=list)  # (file, function, line), innermost last
     cpu_s: float = 0.0
+    stages: dict[str, str] = field(default_factory=dict)  # command -> ok / error / skipped, for the tallies
 
     @property
     def is_finding(self) -> bool:
@@ -46,13 +50,16 @@ class Verdict:
     def where(self) -> str:
         """The innermost frame inside irc's own code: what a known-bug entry matches on."""
         for file, func, _ in reversed(self.frames):
-            if "/irc/" in file or "/frontends/" in file:
+            if any(marker in file for marker in _IRC_DIRS):
                 return f"{_short(file)}:{func}"
         return "?"
 
 
+_IRC_DIRS = ("/frontends/", "/backends/", "/irc/")  # irc's code (frontends and backends install as irc.*)
+
+
 def _short(file: str) -> str:
-    for marker in ("/frontends/", "/irc/"):
+    for marker in _IRC_DIRS:
         if marker in file:
             return file[file.rindex(marker) + 1:]
     return os.path.basename(file)
@@ -228,13 +235,15 @@ def encode(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
-def judge(case: Case, compiled: Callable[[], None] = lambda: None) -> Verdict:
-    """Compile ``case`` in a fresh folder and judge the ending.
+def judge(case: Case, phase: Callable[[str], None] = lambda name: None) -> Verdict:
+    """Compile ``case`` in a fresh folder, carry the graph through the other commands, and judge the ending.
 
-    ``compiled`` is called between the compile and the round trip, so the sandbox can
-    bound the two phases separately (a 20,000-node graph compiles in under a second but
-    takes seconds more to print and parse twice).
+    ``phase`` is called with 'compiled' between the compile and the round trip, 'commands'
+    before analyze and lint, and 'running' before the run, so the sandbox can bound each
+    phase separately (a 20,000-node graph compiles in under a second but takes seconds
+    more to print and parse twice).
     """
+    from fuzz.commands import check_commands
     from irc.diagnostics import SOURCES, IrcError, UsageError, render
 
     SOURCES.clear()  # a location must point into a file of this case, not one a previous case registered
@@ -263,12 +272,21 @@ def judge(case: Case, compiled: Callable[[], None] = lambda: None) -> Verdict:
         except Exception as e:
             verdict = Verdict(CRASH, str(e)[:500], type(e).__name__, _frames(traceback.extract_tb(e.__traceback__)))
         else:
-            compiled()
-            verdict = check_graph(graph, full=len(graph.nodes) <= MAX_CHECKED_NODES)
+            phase("compiled")
+            small = len(graph.nodes) <= MAX_CHECKED_NODES
+            verdict = check_graph(graph, full=small)
             if verdict.status == OK and case.expect:
                 verdict = check_types(graph, case.expect)
-            if verdict.status == OK and len(graph.nodes) <= MAX_CHECKED_NODES:
+            if verdict.status == OK and small:
                 verdict = check_lowering(graph, case, written)
+            if not verdict.is_finding and small:  # a lowering error still leaves the graph as built to analyze
+                phase("commands")
+                stages = verdict.stages = {"lower": verdict.status}
+                commands = check_commands(graph, case, root, written, phase)
+                stages.update(commands.stages)
+                if commands.is_finding:
+                    verdict = commands
+                verdict.stages = stages
     except Exception as e:  # a failure inside the judging itself (render, round trip) is a crash too
         verdict = Verdict(CRASH, str(e)[:500], type(e).__name__, _frames(traceback.extract_tb(e.__traceback__)))
     finally:

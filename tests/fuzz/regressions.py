@@ -18,10 +18,23 @@ def _ir(text: str, origin: str) -> Case:
 
 
 # Open findings: each has an entry in fuzz/known.py; test_open_findings_still_fail checks it reproduces.
-REGRESSIONS: dict[str, Case] = {}
+REGRESSIONS: dict[str, Case] = {
+}
 
 # Findings the fuzzer made that irc now handles: plain tests keep them handled.
 FIXED: dict[str, Case] = {
+    "ir-dim-floordiv-zero": _ir("graph @m(B) {\n  %x = input : f32[B,B//0]\n  output y = %x\n}\n",
+                                "ir-dim-floordiv-zero"),
+    "rope-odd-width-run": _arch("model m() {\n  input x: f32[1, 2, 4, 5]\n  output y = rope(x)\n}\n",
+                                "rope-odd-width-run"),
+    "attention-rel-buckets-too-few": Case.single(_model("  output y = attention(x, heads=1, rel_buckets=1)"),
+                                                 "regression:attention-rel-buckets-too-few", defines=("T=3",)),
+    "reshape-minus-one-inexact": _arch("model m(B) {\n  input x: f32[B, 2]\n  output y = reshape(x, [B, 65, -1])\n}\n",
+                                       "reshape-minus-one-inexact"),
+    "lower-param-over-2-62": _arch("model m(B) {\n  input x: f32[B, 4611686018427387903, 4]\n"
+                                   "  output y = linear(flatten(x), 3)\n}\n", "lower-param-over-2-62"),
+    "ir-param-shape-minus-one": _ir("graph @m(B) {\n  %w = param {name=weight, shape=[4, -1]}\n  output y = %w\n}\n",
+                                    "ir-param-shape-minus-one"),
     "use-path-with-nul": _arch('use "a\x00b.arch"\n' + _model("  output y = x"), "use-path-with-nul"),
     "use-path-too-long": _arch(f'use "{"x" * 300}.arch"\n' + _model("  output y = x"), "use-path-too-long"),
     "use-device-file": _arch('use "/dev/zero"\n' + _model("  output y = x"), "use-device-file"),
@@ -62,6 +75,21 @@ FIXED: dict[str, Case] = {
                                  "ir-loc-not-an-integer"),
     "ir-bind-not-an-integer": _ir("graph @m(B) bind(B=1e3) {\n  %x = input : f32[B,4]\n  output y = %x\n}\n",
                                   "ir-bind-not-an-integer"),
+    # irc run: nodes sharing a weight key with two shapes read one array (NumPy ValueError, or an output of
+    # another width); weight_table now rejects the second node at its location
+    "ir-param-same-key": _ir("graph @m(B) {\n  %x = input : f32[B,4]\n"
+                             "  %w1 = param {name=weight, shape=[8, 4]} : f32[8,4]\n"
+                             "  %h = gemm %x, %w1 {act=none} : f32[B,8]\n"
+                             "  %w2 = param {name=weight, shape=[3, 8]} : f32[3,8]\n"
+                             "  %y = gemm %h, %w2 {act=none} : f32[B,3]\n  output y = %y\n}\n", "ir-param-same-key"),
+    "ir-layers-same-key": _ir("graph @m(B) {\n  %x = input : f32[B,32]\n  %y = linear %x {out=96} : f32[B,96]\n"
+                              "  %z = linear %x {out=4} : f32[B,4]\n  output y = %y\n  output z = %z\n}\n",
+                              "ir-layers-same-key"),
+    "shared-layer-two-widths": _arch("model m(B) {\n  input x: f32[B, 16]\n  input z: f32[B, 32]\n  l = linear(8)\n"
+                                     "  output a = l(x)\n  output b = l(z)\n}\n", "shared-layer-two-widths"),
+    # IRC-W102 (lint, and the lints analyze prints): at scale=15 and d_k=8, p rounds to 1 and p(1−p) to 0
+    "lint-scale-gradient-underflow": _arch(_model("  output y = mha(x, heads=1, scale=15)"),
+                                           "lint-scale-gradient-underflow"),
     "ir-sym-recursion": _ir('graph @m(B) {\n  %x = input : f32[B,4]\n  %y = linear %x {out=sym("' + "(" * 1000
                             + '")} : f32[B,4]\n  output y = %y\n}\n', "ir-sym-recursion"),
 }

@@ -29,6 +29,7 @@ class Tally:
     slowest: tuple[float, str] = (0.0, "")
     new: dict[str, tuple[Case, Verdict]] = field(default_factory=dict)  # signature -> first example
     distinct: set[bytes] = field(default_factory=set)  # digests of the inputs: how many differed
+    stages: Counter = field(default_factory=Counter)  # '<command>:<ending>' of the cases that compiled
 
     def add(self, case: Case, verdict: Verdict, known: KnownBug | None) -> str:
         self.cases += 1
@@ -36,6 +37,7 @@ class Tally:
         self.distinct.add(hashlib.blake2b(key, digest_size=12).digest())
         self.origins[case.origin] += 1
         self.cpu_s += verdict.cpu_s
+        self.stages.update(f"{command}:{ending}" for command, ending in verdict.stages.items())
         if verdict.cpu_s > self.slowest[0]:
             self.slowest = (verdict.cpu_s, case.origin + " " + " ".join(case.notes))
         if not verdict.is_finding:
@@ -53,6 +55,10 @@ class Tally:
     def summary(self) -> str:
         parts = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
         return f"{self.cases} cases, {len(self.distinct)} distinct ({parts}); {self.cpu_s:.1f} s CPU in the worker"
+
+    def stage_summary(self) -> str:
+        """How the commands after compile ended: 'analyze:ok 34, run:skipped (too large) 3, ...'."""
+        return ", ".join(f"{k} {v}" for k, v in sorted(self.stages.items()))
 
 
 def signature(v: Verdict) -> str:

@@ -27,7 +27,13 @@ from fuzz.judge import HANG, Verdict
 
 TESTS_DIR = str(Path(__file__).resolve().parents[1])
 CPU_LIMIT_S = 2.0        # the property's bound on compiling one case
-CHECK_LIMIT_S = 10.0     # and on the round trip of its IR (print, parse, print; twice)
+CHECK_LIMIT_S = 10.0     # and on the round trip of its IR (print, parse, print; twice) and its lowering
+COMMANDS_LIMIT_S = 5.0   # and on irc analyze (twice at most) and irc lint
+RUN_LIMIT_S = 10.0       # and on irc run on the NumPy reference (graphs under fuzz.commands' size bound)
+# what the worker says as it moves on -> (what it is doing then, the phase's CPU bound)
+PHASES = {"compiled": ("checking the IR round trip", CHECK_LIMIT_S),
+          "commands": ("analyzing and linting", COMMANDS_LIMIT_S),
+          "running": ("running on the numpy reference", RUN_LIMIT_S)}
 WALL_LIMIT_S = 60.0      # a worker that makes no CPU progress for this long is stuck anyway
 MEMORY_LIMIT = 1 << 30   # address space of the worker: a blow-up becomes MemoryError, not swapping
 
@@ -79,8 +85,13 @@ def serve(fd_in: int | None = None, fd_out: int | None = None) -> None:
     inp = os.fdopen(fd_in, "rb") if fd_in is not None else sys.stdin.buffer
     out = os.fdopen(fd_out, "wb") if fd_out is not None else sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing irc prints may corrupt the channel
-    import irc.frontends.arch.builder  # noqa: F401  (warm the imports before the first timed case)
+    import irc.analysis.cli  # noqa: F401  (warm the imports before the first timed case)
+    import irc.backends.numpy_ref.interpreter  # noqa: F401
+    import irc.frontends.arch.builder  # noqa: F401
+    import irc.lint.cli  # noqa: F401
     import irc.pipeline  # noqa: F401
+    import irc.runtime.init  # noqa: F401
+    import irc.runtime.inputs  # noqa: F401
 
     _send(out, "ready")
     while True:
@@ -88,7 +99,7 @@ def serve(fd_in: int | None = None, fd_out: int | None = None) -> None:
             case = _recv(inp)
         except EOFError:
             return
-        _send(out, judge(case, lambda: _send(out, "compiled")))
+        _send(out, judge(case, lambda name: _send(out, name)))
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -105,9 +116,9 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 class Sandbox:
     """Judges cases in a child process; restarts it after a hang or a crash of the process itself."""
 
-    def __init__(self, cpu_limit_s: float = CPU_LIMIT_S, check_limit_s: float = CHECK_LIMIT_S):
+    def __init__(self, cpu_limit_s: float = CPU_LIMIT_S, phases: dict[str, tuple[str, float]] | None = None):
         self.cpu_limit_s = cpu_limit_s
-        self.check_limit_s = check_limit_s
+        self.phases = PHASES if phases is None else phases
         self.proc: subprocess.Popen | None = None
         self.stderr = None
         self.restarts = 0
@@ -165,10 +176,10 @@ class Sandbox:
                     reply = _recv(self.receive)
                 except (EOFError, pickle.UnpicklingError):
                     return self._died()
-                if reply != "compiled":
+                if not isinstance(reply, str):
                     return reply  # type: ignore[return-value]
                 cpu0, wall0 = _cpu_seconds(pid) or 0.0, time.monotonic()
-                limit, phase = self.check_limit_s, "checking the IR round trip"
+                phase, limit = self.phases[reply]
                 continue
             cpu = _cpu_seconds(pid)
             spent = (cpu - cpu0) if cpu is not None else (time.monotonic() - wall0)

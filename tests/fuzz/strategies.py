@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fuzz.case import Case
 from fuzz.grammar import grammar_programs
 from fuzz.ir_mutate import mutated_ir
-from fuzz.mutate import mutated_models
+from fuzz.mutate import mutated_models, nudged_valid_models
 from fuzz.structures import structures
 from fuzz.valid_models import valid_models
 
@@ -31,4 +31,5 @@ STRATEGIES: dict[str, Plan] = {
     "grammar": Plan(grammar_programs, 270),
     "structures": Plan(structures, 160),
     "ir": Plan(mutated_ir, 480),
+    "nudge": Plan(nudged_valid_models, 200),
 }

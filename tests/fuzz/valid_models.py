@@ -209,7 +209,10 @@ def attention(p: Program, x: T) -> T | None:
     if d(st.booleans()):
         opts.append(f"kv_heads={kv}")
     if d(st.booleans()):
-        opts.append(f"causal={_choice(d, ['true', 'false'])}")
+        causal = _choice(d, ['true', 'false'])
+        opts.append(f"causal={causal}")
+        if causal == "true" and d(st.booleans()):
+            opts.append(f"window={d(st.integers(1, 9))}")  # Mistral's sliding window
     if d(st.booleans()):
         opts.append("bias=true")
     if hd % 2 == 0 and d(st.booleans()):
@@ -223,6 +226,10 @@ def attention(p: Program, x: T) -> T | None:
     args = [x.name]
     if mem and d(st.booleans()):
         args.append(_choice(d, [m.name for m in mem]))
+    if d(st.integers(0, 3)) == 0:  # an additive score bias: T5's shared relative-position bias
+        bias = p.fresh("pos")
+        p.lines.append(f"{bias} = rel_position_bias({', '.join(args)}, heads={heads}, buckets=8, max_distance=16)")
+        opts.append(f"attn_bias={bias}")
     op = _choice(d, ["attention", "mha", "multihead_attention"])
     return p.emit(f"{op}({', '.join(args + opts)})", x.shape, x.dtype, x.layout)
 
@@ -239,10 +246,15 @@ def library_block(p: Program, x: T) -> T | None:
         kv = _choice(d, _divisors(heads))
         return p.emit(f"llama_decoder({x.name}, heads={heads}, ff={ff}, kv_heads={kv})", x.shape, x.dtype, x.layout)
     name = _choice(d, ["pre_ln_encoder", "pre_ln_decoder", "post_ln_encoder", "post_ln_decoder", "t5_encoder"])
+    args = [x.name]
+    if name == "t5_encoder":  # one relative-position bias per stack, passed to every layer
+        bias = p.fresh("pos")
+        p.lines.append(f"{bias} = rel_position_bias({x.name}, heads={heads})")
+        args.append(bias)
+    call = f"{name}({', '.join(args)}, heads={heads}, ff={ff})"
     if d(st.booleans()):
-        return p.emit(f"repeat({d(st.integers(1, 3))}) {name}({x.name}, heads={heads}, ff={ff})", x.shape,
-                      x.dtype, x.layout)
-    return p.emit(f"{name}({x.name}, heads={heads}, ff={ff})", x.shape, x.dtype, x.layout)
+        return p.emit(f"repeat({d(st.integers(1, 3))}) {call}", x.shape, x.dtype, x.layout)
+    return p.emit(call, x.shape, x.dtype, x.layout)
 
 
 def positional(p: Program, x: T) -> T | None:
