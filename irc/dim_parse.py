@@ -82,6 +82,8 @@ def parse_dim(text: str, env: Mapping[str, Dim] | None = None) -> Dim:
         while peek() in ("*", "//"):
             op = take()
             rhs = unary()
+            if op == "//" and rhs == 0:
+                raise DimSyntaxError(f"division by zero in dimension {shown}", where())
             value = value * rhs if op == "*" else dim_floordiv(value, rhs)
         return value
 

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from irc.analysis.params import weight_table
 from irc.diagnostics import IrcError, UsageError, did_you_mean, read_source
 from irc.graph import Graph, verify
 from irc.passes import PASSES, get_pass
@@ -56,6 +57,7 @@ def load_graph(path: str | Path, bindings: dict[str, int] | None = None, model: 
     verify(graph)
     graph = PASSES["shape-infer"](graph)
     _check_overflow(graph)
+    weight_table(graph)  # a shared layer (or .ir weight key) used at two shapes is an error here
     return graph
 
 

@@ -54,6 +54,9 @@ def _infer(a, ts):
     if x.shape[0] != kv.shape[0] and kv.shape[0] != 1:
         raise ShapeError(f"query batch {x.shape[0]} differs from key/value batch {kv.shape[0]} (keys and values "
                          "of batch 1 are shared by every query sequence)")
+    if a["rel_buckets"] is not None:  # bidirectional buckets unless causal (the layer's own T5 table)
+        check_buckets(a["rel_buckets"], a["rel_max_distance"] or 128, not a["causal"],
+                      ("rel_buckets", "rel_max_distance"))
     if len(ts) > 2:
         check_score_bias(ts[2], (x.shape[0], a["heads"], x.shape[1], kv.shape[1]))
     return [x]
@@ -107,18 +110,24 @@ register(OpDef(
 # -- T5's relative-position bias: one table per stack, its [1, heads, T, S] bias fed to every layer
 
 
+def check_buckets(buckets: int, max_distance: int, bidirectional: bool, names: tuple[str, str] = ("buckets",
+                  "max_distance")) -> None:
+    """T5's bucketing needs one exact bucket at least, and room above it for the log-spaced ones."""
+    exact = (buckets // 2 if bidirectional else buckets) // 2  # distances with a bucket each
+    if exact < 1:
+        raise ShapeError(f"{names[0]}={buckets} leaves no bucket per distance: T5's scheme needs at least "
+                         f"{4 if bidirectional else 2}{' when bidirectional' if bidirectional else ''}")
+    if max_distance <= exact:
+        raise ShapeError(f"{names[1]}={max_distance} must be greater than {exact}: distances 0..{exact - 1} "
+                         f"have a bucket each and the log-spaced buckets cover {exact}..{names[1]}")
+
+
 def _rel_infer(a, ts):
     q = ts[0]
     k = ts[1] if len(ts) > 1 else q
     need_rank(q, (3,), "queries [B, T, D]")
     need_rank(k, (3,), "keys [B, S, D]")
-    exact = (a["buckets"] // 2 if a["bidirectional"] else a["buckets"]) // 2  # distances with a bucket each
-    if exact < 1:
-        raise ShapeError(f"buckets={a['buckets']} leaves no bucket per distance: T5's scheme needs at least "
-                         f"{4 if a['bidirectional'] else 2}{' when bidirectional' if a['bidirectional'] else ''}")
-    if a["max_distance"] <= exact:
-        raise ShapeError(f"max_distance={a['max_distance']} must be greater than {exact}: distances 0..{exact - 1} "
-                         f"have a bucket each and the log-spaced buckets cover {exact}..max_distance")
+    check_buckets(a["buckets"], a["max_distance"], a["bidirectional"])
     return [TensorType("f32", (1, a["heads"], q.shape[1], k.shape[1]))]
 
 

@@ -15,6 +15,8 @@ ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu", "tanh")
 
 
 def _param_infer(a, ts):
+    if any(isinstance(d, int) and d < 1 for d in a["shape"]):
+        raise ShapeError(f"a weight's shape {list(a['shape'])} must hold sizes of at least 1")
     return [TensorType("f32", tuple(a["shape"]))]
 
 
@@ -77,6 +79,8 @@ def _heads_infer(a, ts):
     (x,) = ts
     need_rank(x, (4,), "heads [B, H, T, hd]")
     need_float(x)
+    if isinstance(x.shape[-1], int) and x.shape[-1] % 2:
+        raise ShapeError(f"rotates pairs of features, but the head width {x.shape[-1]} is odd")
     return [x]
 
 

@@ -33,6 +33,9 @@ def _reshape(a, ts):
         rest = dim_floordiv(total, known)
         if isinstance(rest, int) and isinstance(total, int) and rest * known != total:
             raise ShapeError(f"cannot reshape {x} ({total} elements) into {_fmt(shape)}")
+        if rest * known != total:  # symbolic: the -1 must divide exactly for every size
+            raise ShapeError(f"cannot infer the -1 of {_fmt(shape)}: {x} holds {total} elements, not a whole "
+                             f"multiple of {known} for every size (bind sizes with -D, or spell the shape out)")
         shape[shape.index(-1)] = rest
     elif isinstance(total, int) and isinstance(known, int) and total != known:
         raise ShapeError(f"cannot reshape {x} ({total} elements) into {_fmt(shape)} ({known} elements)")

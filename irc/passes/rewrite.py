@@ -67,11 +67,16 @@ class Context:
              results: int = 1, weights: str | None = None, names: list[str] | None = None) -> Node:
         """A new node at ``like``'s scope and source location; ``names`` reuses the result names
         of the nodes it replaces, so fused IR reads like the source."""
+        from irc.diagnostics import IrcError
         from irc.ops import get_op, normalize_attrs
+        from irc.ops.registry import AttrError
 
         opdef = get_op(op)
         assert opdef is not None, op
-        attrs = normalize_attrs(opdef, {k: v for k, v in attrs.items() if v is not None})
+        try:
+            attrs = normalize_attrs(opdef, {k: v for k, v in attrs.items() if v is not None})
+        except AttrError as e:  # a size of the layer that the lowered op cannot hold (past 2**62)
+            raise IrcError(f"lowering '{like.op}': {e}", like.loc, origin=e.origin) from None
         base = name or f"{like.outputs[0]}.{op}"
         outputs = names or [self.fresh(base if i == 0 else f"{base}.{i}") for i in range(results)]
         return Node(op, inputs, outputs, attrs, like.scope, weights, like.loc)
