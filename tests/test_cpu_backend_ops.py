@@ -103,6 +103,9 @@ model transformer_family(B, T, S) {
   output y_sinusoidal = p
   output y_gqa_rope = attention(p, heads=4, kv_heads=2, causal=true, rope=true)
   output y_mqa_rope = attention(p, heads=4, kv_heads=1, causal=true, rope=true, rope_theta=500)
+  output y_sliding = attention(p, heads=4, causal=true, window=3)
+  output y_gqa_rope_sliding = attention(p, heads=4, kv_heads=2, causal=true, rope=true, window=2)
+  output y_t5_sliding = attention(p, heads=4, causal=true, window=2, rel_buckets=8, attn_bias=pad)
   output y_t5 = attention(p, heads=4, rel_buckets=8, rel_max_distance=16, scale=1)
   output y_t5_causal = attention(p, heads=4, causal=true, rel_buckets=8, rel_max_distance=16)
   output y_cross = attention(p, mem, heads=2, head_dim=6, bias=true, causal=true)
@@ -223,6 +226,28 @@ def test_embedding_rejects_ids_outside_the_table(cpu_cache):
         want = f"token id {bad} \\(at flat position 10\\) is outside its vocabulary \\[0, 11\\)"
         with pytest.raises(IrcError, match=want):
             compiled.run(weights, {**inputs, "tokens": tokens})
+
+
+def test_sliding_window_attention_by_formula(cpu_cache):
+    """attention(causal=true, window=3) written out: projections, heads, and the index rule
+    (query i sees keys i − 3 < j <= i) in float64, against the unfused layer kernel."""
+    out, w, _ = _outputs("transformer", cpu_cache)
+    binds = FAMILIES["transformer"][1]
+    x = out["y_sinusoidal"].astype(np.float64)  # p, the attention's input
+    b, t, d = x.shape
+
+    def proj(name: str) -> np.ndarray:
+        return x @ w[f"y_sliding.{name}"].T.astype(np.float64)
+
+    q, k, v = (proj(n).reshape(b, t, 4, 4).transpose(0, 2, 1, 3) for n in ("wq", "wk", "wv"))
+    s = q @ k.transpose(0, 1, 3, 2) / 2.0  # head width 4: scale 1/√4
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    s = np.where((j > i) | (j <= i - 3), -np.inf, s)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    heads = (p / p.sum(-1, keepdims=True)) @ v
+    want = heads.transpose(0, 2, 1, 3).reshape(b, t, d) @ w["y_sliding.wo"].T.astype(np.float64)
+    np.testing.assert_allclose(out["y_sliding"], want, atol=2e-5)
+    assert binds["T"] > 3  # the window hides keys from the later rows
 
 
 def test_fully_masked_attention_rows_give_zeros(cpu_cache):

@@ -2,7 +2,8 @@
 
 Sizes cross the kernels' block boundaries: sdpa's query tiles (128 rows) and key tiles (256
 keys) with T not a multiple of either, causal attention with T ≠ S both ways, GQA and MQA,
-rows whose every key a −inf bias hides; gemm products with enough rows to split by rows
+rows whose every key a −inf bias hides, sliding windows (Mistral) of 1, 100, T and more than
+T keys, with a bias, and with too few keys for the last rows; gemm products with enough rows to split by rows
 and with few rows (split by columns). Each family is one graph, compiled once.
 """
 
@@ -38,6 +39,13 @@ model sdpa_family(B) {
   output y_bias = sdpa(q, k, v, bias, scale=0.25)
   output y_bias_causal = sdpa(q, k, v, bias, scale=0.25, causal=true)
   output y_shared_kv = sdpa(q, k_shared, v_shared, scale=0.25, causal=true)
+  output y_window_1 = sdpa(q, k, v, scale=0.25, causal=true, window=1)
+  output y_window_100 = sdpa(q, k, v, scale=0.25, causal=true, window=100)
+  output y_window_t = sdpa(q, k, v, scale=0.25, causal=true, window=300)
+  output y_window_long = sdpa(q, k, v, scale=0.25, causal=true, window=1000)
+  output y_window_bias = sdpa(q, k, v, bias, scale=0.25, causal=true, window=37)
+  output y_window_few_keys = sdpa(q, k1, v1, scale=0.3, causal=true, window=100)
+  output y_window_few_queries = sdpa(q_short, k, v, scale=0.25, causal=true, window=50)
 }
 """
 
@@ -63,6 +71,8 @@ model primitive_family(B) {
   output y_rope_theta = rope(heads, theta=500)
   output y_mask = causal_mask(scores)
   output y_softmax_masked = softmax(causal_mask(scores))
+  output y_mask_window = causal_mask(scores, window=2)
+  output y_softmax_window = softmax(causal_mask(scores, window=2))
 }
 """
 
@@ -82,6 +92,7 @@ model dense_family(B, T) {
   output y_swiglu = swiglu(x, hidden=136)
   output y_gqa = attention(a, heads=4, kv_heads=2, causal=true, bias=false)
   output y_mqa_rope = attention(c, heads=4, kv_heads=1, rope=true, bias=false)
+  output y_gqa_rope_window = attention(c, heads=4, kv_heads=2, rope=true, causal=true, window=5, bias=false)
 }
 """
 
@@ -127,6 +138,9 @@ def dense_family(request, cpu_cache):
 
 def test_sizes_cross_the_tiles():
     assert 300 % TILE_Q and 300 > 2 * TILE_Q and 300 % TILE_K and 300 > TILE_K and 130 < TILE_K < 200 + TILE_Q
+    # window 1: the last query tile (rows 256..) starts at the second key tile, skipping the first;
+    # windows 37 and 100 reach back over a query-tile edge into the keys of the tile before
+    assert (2 * TILE_Q - 1 + 1) // TILE_K == 1 and 37 < TILE_Q and 100 < TILE_Q
 
 
 def test_sdpa_matches_reference(sdpa_family):
@@ -159,10 +173,70 @@ def test_sdpa_by_formula(sdpa_family):
     np.testing.assert_allclose(y[1, 3, 0], v[0], atol=1e-6)  # the first query sees only key 0
 
 
+def _windowed(q, k, v, scale: float, window: int) -> np.ndarray:
+    """softmax(q·kᵀ·scale) · v in float64, query i seeing keys i − window < j <= i (index rule,
+    written here); GQA by repeating key/value heads; a row with no visible key gives zeros."""
+    heads, groups = q.shape[1], k.shape[1]
+    k = np.repeat(k.astype(np.float64), heads // groups, axis=1)
+    v = np.repeat(v.astype(np.float64), heads // groups, axis=1)
+    s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) * scale
+    i, j = np.arange(s.shape[-2])[:, None], np.arange(s.shape[-1])[None, :]
+    s = np.where((j > i) | (j <= i - window), -np.inf, s)
+    top = s.max(-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0) @ v
+
+
+def test_sdpa_window_by_index_rule(sdpa_family):
+    """Every window output against the index rule written out here (not the reference's)."""
+    _, compiled, weights, inputs = sdpa_family
+    got = compiled.run(weights, inputs)
+    q, k, v, k1, v1 = (inputs[n] for n in ("q", "k", "v", "k1", "v1"))
+    full = _windowed(q, k, v, 0.25, 300)
+    for label, want in (("y_window_1", _windowed(q, k, v, 0.25, 1)), ("y_window_100", _windowed(q, k, v, 0.25, 100)),
+                        ("y_window_t", full), ("y_window_long", full),
+                        ("y_window_few_keys", _windowed(q, k1, v1, 0.3, 100)),
+                        ("y_window_few_queries", _windowed(inputs["q_short"], k, v, 0.25, 50))):
+        np.testing.assert_allclose(got[label], want, atol=3e-5, err_msg=label)
+    np.testing.assert_allclose(got["y_window_1"], np.repeat(v, 2, axis=1), atol=1e-6)  # only its own key
+    np.testing.assert_array_equal(got["y_window_t"], got["y_causal"])  # a window of T hides nothing more
+    assert not got["y_window_few_keys"][:, :, 229:].any()  # i − 100 >= 129: no key left in the window
+    assert got["y_window_few_keys"][:, :, :229].all()
+
+
+def test_sdpa_window_matches_torch(sdpa_family):
+    """PyTorch's scaled_dot_product_attention with a boolean mask from the index rule (GQA)."""
+    import torch
+    import torch.nn.functional as F
+
+    _, compiled, weights, inputs = sdpa_family
+    got = compiled.run(weights, inputs)["y_window_100"]
+    q, k, v = (torch.from_numpy(inputs[n]).double() for n in ("q", "k", "v"))
+    i, j = torch.arange(300)[:, None], torch.arange(300)[None, :]
+    visible = (j <= i) & (j > i - 100)
+    want = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                          attn_mask=visible, scale=0.25)
+    np.testing.assert_allclose(got, want.numpy(), atol=3e-5)
+
+
+def test_sdpa_window_skips_key_tiles_left_of_it(sdpa_family):
+    """Keys and values 0..255 (the first key tile) are NaN: with a window of 1, the query tile of
+    rows 256..299 starts its key loop at key 256, so those rows stay exact; the rest do not."""
+    _, compiled, weights, inputs = sdpa_family
+    k, v = inputs["k"].copy(), inputs["v"].copy()
+    k[:, :, :TILE_K] = np.nan
+    v[:, :, :TILE_K] = np.nan
+    got = compiled.run(weights, {**inputs, "k": k, "v": v})["y_window_1"]
+    np.testing.assert_allclose(got[:, :, 2 * TILE_Q:], np.repeat(inputs["v"], 2, axis=1)[:, :, 2 * TILE_Q:], atol=1e-6)
+    assert np.isnan(got[:, :, :TILE_Q]).all()  # the first query tile reads them (and is poisoned)
+
+
 def test_primitives_match_reference(primitive_family):
     graph, compiled, weights, inputs = primitive_family
     got, want = compiled.run(weights, inputs), reference(graph, weights, inputs)
-    del got["y_mask"], want["y_mask"]  # holds -inf on purpose: checked by formula below
+    for label in ("y_mask", "y_mask_window"):  # hold -inf on purpose: checked by formula below
+        del got[label], want[label]
     assert_matches(got, want)
 
 
@@ -187,6 +261,9 @@ def test_causal_mask_by_formula(primitive_family):
     hidden = np.arange(5)[None, :] > np.arange(7)[:, None]  # top-left aligned, T=7 > S=5
     assert np.all(np.isneginf(out[..., hidden]))
     assert np.array_equal(out[..., ~hidden], sc[..., ~hidden])
+    i, j = np.arange(7)[:, None], np.arange(5)[None, :]
+    window = compiled.run(weights, inputs)["y_mask_window"]
+    assert np.array_equal(window, np.where((j > i) | (j <= i - 2), -np.inf, sc))  # keys i − 2 < j <= i
 
 
 def test_dense_fused_ops_match_reference(dense_family):

@@ -22,8 +22,9 @@ PATHS = ["shared", "shuffle"]
 TINY = AttnTile(2, 2, 2, 2)  # 4 threads, 4×4 tiles: boundaries everywhere at small sizes
 
 
-def sdpa_reference(q, k, v, causal, scale, bias=None):
-    """softmax(q·kᵀ·scale + bias, causal: key j > query i hidden)·v in float64; all-hidden rows give 0."""
+def sdpa_reference(q, k, v, causal, scale, bias=None, window=None):
+    """softmax(q·kᵀ·scale + bias, causal: key j > query i hidden, and with a window also
+    j <= i − window)·v in float64; all-hidden rows give 0."""
     heads, groups = q.shape[1], k.shape[1]
     k = np.repeat(k.astype(np.float64), heads // groups, axis=1)
     v = np.repeat(v.astype(np.float64), heads // groups, axis=1)
@@ -32,7 +33,10 @@ def sdpa_reference(q, k, v, causal, scale, bias=None):
         s = s + bias
     if causal:
         t, n = s.shape[-2:]
-        s = np.where(np.arange(n)[None, :] > np.arange(t)[:, None], -np.inf, s)
+        i, j = np.arange(t)[:, None], np.arange(n)[None, :]
+        s = np.where(j > i, -np.inf, s)
+        if window is not None:
+            s = np.where(j <= i - window, -np.inf, s)
     m = s.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.exp(s - m)
@@ -42,8 +46,8 @@ def sdpa_reference(q, k, v, causal, scale, bias=None):
 
 
 def run_sdpa(cache, tile, b, h, g, t, s, hd, hdv, causal, path, bias=None, dtype=np.float32, seed=0,
-             qkv=None):
-    spec = AttnSpec(tile, hd, hdv, causal, bias is not None, path)
+             qkv=None, window=None):
+    spec = AttnSpec(tile, hd, hdv, causal, bias is not None, path, window=window is not None)
     kernel = getattr(load_kernels([sdpa_kernel(spec)], cache), spec.name)
     rng = np.random.default_rng(seed)
     q, k, v = qkv if qkv is not None else (rng.standard_normal((b, h, t, hd)).astype(dtype),
@@ -52,8 +56,9 @@ def run_sdpa(cache, tile, b, h, g, t, s, hd, hdv, causal, path, bias=None, dtype
     out = poisoned((b, h, t, hdv), dtype)
     scale = 1.0 / np.sqrt(hd)
     grid = (-(-t // tile.bm), b * h)
-    kernel[grid, (tile.threads,)](q, k, v, bias if bias is not None else q, out, np.float32(scale), h, g)
-    return out, sdpa_reference(q, k, v, causal, scale, bias)
+    extra = () if window is None else (window,)
+    kernel[grid, (tile.threads,)](q, k, v, bias if bias is not None else q, out, np.float32(scale), h, g, *extra)
+    return out, sdpa_reference(q, k, v, causal, scale, bias, window)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -105,6 +110,50 @@ def test_sdpa_causal_never_reads_keys_past_the_diagonal(cuda_cache):
     v[:, :, 8:] = np.nan
     out, _ = run_sdpa(cuda_cache, TINY, 1, 2, 2, 8, 16, 4, 4, True, "shared", qkv=(q, k, v))
     want = sdpa_reference(q, k[:, :, :8], v[:, :, :8], True, 0.5)
+    assert_close(out, want)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("t,s,window", [(13, 13, 1), (13, 13, 3), (13, 13, 6), (11, 13, 13), (14, 9, 5)],
+                         ids=["W=1", "W=3", "W=6", "W=T", "T>S"])
+def test_sdpa_sliding_window_tile_boundaries(cuda_cache, path, t, s, window):
+    """Mistral's window with 4×4 tiles: windows shorter than a tile, across two, and as long as
+    the sequence (no effect); with fewer keys than queries the last rows see no key (zeros)."""
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((1, 2, t, 4), (1, 1, s, 4), (1, 1, s, 4)))
+    out, want = run_sdpa(cuda_cache, TINY, 1, 2, 1, t, s, 4, 4, True, path, qkv=(q, k, v), window=window)
+    assert_close(out, want)
+    if window == 1:  # each query sees only its own key: its output is that key's value
+        np.testing.assert_allclose(out[0, :, :s], np.broadcast_to(v[0, 0], (2, s, 4)), rtol=1e-6)
+    if t > s + window - 1:
+        assert not out[:, :, s + window - 1:].any(), "rows whose window holds no key give zeros"
+
+
+def test_sdpa_sliding_window_gqa_bias(cuda_cache):
+    """The window on top of a bias and GQA (4 query heads on 2 key/value heads), two batches."""
+    bias = np.random.default_rng(7).standard_normal((2, 1, 10, 10)).astype(np.float32)
+    out, want = run_sdpa(cuda_cache, TINY, 2, 4, 2, 10, 10, 4, 3, True, "shared", bias=bias, window=4)
+    assert_close(out, want)
+
+
+def test_sdpa_sliding_window_never_reads_tiles_left_of_it(cuda_cache):
+    """Keys and values 0..3 (the first 4-key tile) are NaN: with W = 3, query tiles from row 8
+    on start their key loop at key 4 or later, so their rows stay finite and exact."""
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((1, 2, 16, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 16, 4)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 16, 4)).astype(np.float32)
+    want = sdpa_reference(q, k, v, True, 0.5, window=3)
+    k[:, :, :4] = np.nan
+    v[:, :, :4] = np.nan
+    out, _ = run_sdpa(cuda_cache, TINY, 1, 2, 2, 16, 16, 4, 4, True, "shared", qkv=(q, k, v), window=3)
+    assert_close(out[:, :, 8:], want[:, :, 8:])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_sdpa_production_tile_narrow_window(cuda_cache, path):
+    """The GPU's 64×64 tiles, a window of 20 crossing the tile edge at 64, T and S ragged."""
+    out, want = run_sdpa(cuda_cache, ATTN_TILES["narrow"], 1, 2, 1, 70, 67, 8, 8, True, path, window=20)
     assert_close(out, want)
 
 

@@ -114,6 +114,7 @@ model attention_family(B) {
   input x: f32[B, 6, 16]
   input mem: f32[B, 5, 12]
   input pad: f32[B, 1, 1, 6]
+  input scores: f32[B, 3, 7, 5]
   output self_causal = attention(x, heads=2, causal=true)
   output gqa_rope = attention(x, heads=4, kv_heads=2, rope=true, causal=true)
   output mqa = attention(x, heads=4, kv_heads=1, bias=false)
@@ -125,6 +126,10 @@ model attention_family(B) {
   output t5_shared = attention(x, heads=2, scale=1, attn_bias=pos)
   output gqa_pad_causal = attention(x, heads=4, kv_heads=2, causal=true, attn_bias=pad)
   output t5_own_plus_pad = attention(x, heads=2, rel_buckets=8, attn_bias=pad)
+  output sliding = attention(x, heads=2, causal=true, window=3)
+  output gqa_rope_sliding = attention(x, heads=4, kv_heads=2, rope=true, causal=true, window=2)
+  output t5_rel_sliding = attention(x, heads=2, rel_buckets=8, causal=true, window=2)
+  output sliding_mask_softmax = softmax(causal_mask(scores, window=2))
 }
 """
 
@@ -172,14 +177,27 @@ def test_recurrent(cuda_cache):
 
 
 def test_attention_layers(cuda_cache):
-    """Fused (sdpa) where fusion applies; the T5 relative bias through the layer op."""
+    """Fused (sdpa) where fusion applies; the T5 relative bias through the layer op; sliding
+    windows (Mistral) in both, and on the causal_mask primitive."""
     graph, compiled = _compile(ATTENTION, cuda_cache)
     fused = [n.op for n in fuse(graph).nodes]
     # a table of its own (rel_buckets) keeps the layer op; an attn_bias operand fuses into sdpa's bias
-    assert fused.count("sdpa") == 6 and fused.count("attention") == 3
+    assert fused.count("sdpa") == 8 and fused.count("attention") == 4
     text = compiled.source
     assert "k_sdpa_d8_8x8x8x8_causal_bias" in text and "k_rope" in text
+    assert "k_sdpa_d8_8x8x8x8_causal_window_bias" in text and "k_causal_mask_window" in text
     check_graph(compiled, graph)
+
+
+def test_sliding_causal_mask_by_index_rule(cuda_cache):
+    """causal_mask(window=W) hides key j from query i unless i − W < j <= i (T=7 > S=5)."""
+    graph, compiled = _compile("model m() { input x: f32[2, 7, 5]\n output y = causal_mask(x, window=2) }",
+                               cuda_cache, bindings={})
+    x = np.random.default_rng(1).standard_normal((2, 7, 5)).astype(np.float32)
+    got = compiled.run({}, {"x": x})["y"]
+    i, j = np.arange(7)[:, None], np.arange(5)[None, :]
+    want = np.where((j > i) | (j <= i - 2), -np.inf, x)
+    assert np.array_equal(got, want)
 
 
 def test_masked_scores_softmax_is_zero_not_nan(cuda_cache):

@@ -1,10 +1,11 @@
 """Multi-head attention: projections through BLAS, a per-head score matrix, masked softmax;
 and T5's relative-position bias table.
 
-One kernel per configuration (causal, RoPE, T5 relative bias, an additive attn_bias), so each
-variant's inner loop holds only the code it needs. GQA reads kv head ``h // (heads // kv_heads)``
-in place. This is the plain, materialising kernel of the unfused graph (``--no-fuse``, or an
-attention with its own ``rel_buckets`` table); the fused graph runs the flash-style ``sdpa``.
+One kernel per configuration (causal, a sliding window, RoPE, T5 relative bias, an additive
+attn_bias), so each variant's inner loop holds only the code it needs; the window's width is
+an argument of its kernel. GQA reads kv head ``h // (heads // kv_heads)`` in place. This is
+the plain, materialising kernel of the unfused graph (``--no-fuse``, or an attention with its
+own ``rel_buckets`` table); the fused graph runs the flash-style ``sdpa``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import math
 
 from irc.backends.cpu.module import A1, A2, A3, A4, F32, F64, I2, I64, Kernel, jit
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.cpu.render.sdpa import window_arg
 from irc.backends.literals import f32_literal, float_literal, shape_literal
 
 JIT = jit()
 
 ATTENTION = """\
 {jit}
-def {name}(x, kv, wq, bq, wk, bk, wv, bv, wo, bo, rel, buckets, bias, out, heads, kv_heads, scale, theta):
+def {name}(x, kv, wq, bq, wk, bk, wv, bv, wo, bo, rel, buckets, bias, out, heads, kv_heads, scale, theta{window}):
     nb, nt, nd = x.shape
     ns, nkv = kv.shape[1], kv.shape[2]
     hd = wq.shape[0] // heads
@@ -111,6 +113,10 @@ CAUSAL = """\
                     if j > i:
                         a = np.float32(-np.inf)
 """
+CAUSAL_WINDOW = """\
+                    if j > i or j <= i - window:  # Mistral's sliding window: the last `window` keys
+                        a = np.float32(-np.inf)
+"""
 
 T5_BUCKETS = '''\
 def t5_buckets(nq, nk, num_buckets, max_distance, bidirectional):
@@ -135,12 +141,17 @@ def t5_buckets(nq, nk, num_buckets, max_distance, bidirectional):
 SIGNATURE = (A3, A3, A2, A1, A2, A1, A2, A1, A2, A1, A2, I2, A4, A3, I64, I64, F32, F64)
 
 
-def attention_kernel(causal: bool, rope: bool, rel: bool, bias: bool) -> Kernel:
-    name = ("k_attention" + ("_causal" if causal else "") + ("_rope" if rope else "") + ("_rel" if rel else "")
-            + ("_bias" if bias else ""))
+def attention_kernel(causal: bool, rope: bool, rel: bool, bias: bool, window: bool = False) -> Kernel:
+    """The kernel of one configuration; a ``window`` kernel (causal only) takes the window's
+    width as a last argument."""
+    if window and not causal:
+        raise AssertionError("a sliding window slides the causal mask")
+    name = ("k_attention" + ("_causal" if causal else "") + ("_window" if window else "") + ("_rope" if rope else "")
+            + ("_rel" if rel else "") + ("_bias" if bias else ""))
+    mask = (CAUSAL_WINDOW if window else CAUSAL) if causal else ""
     src = ATTENTION.format(jit=JIT, name=name, rope=ROPE if rope else "", rel=REL if rel else "",
-                           bias=BIAS if bias else "", causal=CAUSAL if causal else "")
-    return Kernel(name, src, SIGNATURE)
+                           bias=BIAS if bias else "", causal=mask, window=", window" if window else "")
+    return Kernel(name, src, SIGNATURE + ((I64,) if window else ()))
 
 
 def bias_4d(ctx: NodeCtx, i: int) -> str:
@@ -164,7 +175,8 @@ def render_attention(ctx: NodeCtx) -> None:
     if kvs[0] != xs[0]:  # one key/value sequence for every query (shape inference allows only 1)
         kv = f"np.ascontiguousarray(np.broadcast_to({kv}, {shape_literal((xs[0],) + kvs[1:])}))"
     has_bias = len(ctx.args) > 2
-    k = ctx.kernel(attention_kernel(causal, rope, buckets_n is not None, has_bias))
+    window = window_arg(ctx)
+    k = ctx.kernel(attention_kernel(causal, rope, buckets_n is not None, has_bias, window is not None))
     bias = bias_4d(ctx, 2) if has_bias else "np.zeros((1, 1, 1, 1), np.float32)"
     if buckets_n is not None:
         helper = ctx.helper("t5_buckets", T5_BUCKETS)
@@ -180,7 +192,7 @@ def render_attention(ctx: NodeCtx) -> None:
              f"wv={ctx.weight('wv')}, bv={ctx.weight_or_zeros('bv', dkv)}, "
              f"wo={ctx.weight('wo')}, bo={ctx.weight_or_zeros('bo', d)}, rel={rel}, buckets={buckets}, "
              f"bias={bias}, out={out}, heads={heads}, kv_heads={kv_heads}, scale={f32_literal(scale)}, "
-             f"theta={float_literal(theta)})")
+             f"theta={float_literal(theta)}" + ("" if window is None else f", window={window}") + ")")
 
 
 T5_BIAS = '''\

@@ -7,8 +7,11 @@ single-threaded BLAS calls on contiguous float32 tiles. Thread p runs tasks p, p
 (n threads), with scratch tiles allocated once per thread. Causal
 attention (top-left aligned: key j is hidden from query i when j > i) stops at the
 diagonal, so fully masked tiles are never computed, and masks element-wise only in the
-tile that crosses it. Query head h reads key/value head h // (H/G) in place (GQA, MQA).
-A row whose keys are all masked (a −inf bias) gives zeros, never NaN.
+tile that crosses it. A sliding window W (Mistral: query i also loses keys j <= i − W)
+starts the key loop at the tile holding the first key of the tile's first row and masks
+the tiles that cross the window's lower edge: O(T·W) work, not O(T²); W is an argument,
+so one compiled kernel serves every window. Query head h reads key/value head h // (H/G)
+in place (GQA, MQA). A row whose keys are all masked (a −inf bias) gives zeros, never NaN.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ TILE_K = 256  # keys per tile: the score tile is 128 KiB, in L2 with its K and V
 
 SDPA = """\
 {jit}
-def {name}(q, k, v, bias, out, scale, parts):
+def {name}(q, k, v, bias, out, scale, {window}parts):
     nb, nh, nt, hd = q.shape
     ng, ns = k.shape[1], k.shape[2]
     hv = v.shape[3]
@@ -59,7 +62,7 @@ def {name}(q, k, v, bias, out, scale, parts):
                     acc[r, d] = np.float32(0.0)
             qm = qs[:m]
             jend = {jend}
-            for j0 in range(0, jend, {bk}):
+{jstart}            for j0 in range({j0}, jend, {bk}):
                 j1 = min(j0 + {bk}, jend)
                 kb = j1 - j0
                 s = sbuf[:m * kb].reshape(m, kb)
@@ -124,6 +127,18 @@ CAUSAL_MASK_TILE = """\
                             s[r, j] = np.float32(-np.inf)
 """
 
+WINDOW_START = """\
+            # tiles start at the first key the first row (the one reaching furthest left) can see
+            jstart = max(i0 - window + 1, 0)
+"""
+
+WINDOW_MASK_TILE = """\
+                if j0 <= i1 - 1 - window:  # this tile crosses the window's edge: hide key j <= query i - W
+                    for r in range(m):
+                        for j in range(min(i0 + r - window + 1 - j0, kb)):
+                            s[r, j] = np.float32(-np.inf)
+"""
+
 BIAS_TILE = """\
                 bn = n if bias.shape[0] > 1 else 0
                 bh = h if bias.shape[1] > 1 else 0
@@ -134,12 +149,27 @@ BIAS_TILE = """\
 """
 
 
-def sdpa_kernel(causal: bool, bias: bool) -> Kernel:
-    name = "k_sdpa" + ("_causal" if causal else "") + ("_bias" if bias else "")
-    mask = (BIAS_TILE if bias else "") + (CAUSAL_MASK_TILE if causal else "")
+def sdpa_kernel(causal: bool, bias: bool, window: bool = False) -> Kernel:
+    """The kernel of one configuration; a ``window`` kernel (causal only) takes W as an
+    argument after ``scale``."""
+    if window and not causal:
+        raise AssertionError("a sliding window slides the causal mask")
+    name = "k_sdpa" + ("_causal" if causal else "") + ("_window" if window else "") + ("_bias" if bias else "")
+    mask = ((BIAS_TILE if bias else "") + (CAUSAL_MASK_TILE if causal else "")
+            + (WINDOW_MASK_TILE if window else ""))
     src = SDPA.format(jit=JIT, name=name, bq=TILE_Q, bk=TILE_K, mask=mask,
-                      jend="min(ns, i1)  # keys past the last query of the tile are all masked" if causal else "ns")
-    return Kernel(name, src, (A4, A4, A4, A4, A4, F32, I64))
+                      jend="min(ns, i1)  # keys past the last query of the tile are all masked" if causal else "ns",
+                      window="window, " if window else "", j0="jstart" if window else "0",
+                      jstart=WINDOW_START if window else "")
+    args = (A4, A4, A4, A4, A4, F32) + ((I64,) if window else ()) + (I64,)
+    return Kernel(name, src, args)
+
+
+def window_arg(ctx: NodeCtx) -> int | None:
+    """The node's sliding window (a kernel argument), or None for none. The IR caps it below
+    2**62, so i − W never overflows int64 in the kernels."""
+    window = ctx.attr("window")
+    return int(window) if window is not None and ctx.attr("causal", False) else None
 
 
 def render_sdpa(ctx: NodeCtx) -> None:
@@ -148,7 +178,8 @@ def render_sdpa(ctx: NodeCtx) -> None:
     mathfns.use(ctx.parts, "fexp")
     causal = bool(ctx.attr("causal", False))
     has_bias = len(ctx.args) > 3
-    k = ctx.kernel(sdpa_kernel(causal, has_bias))
+    window = window_arg(ctx)
+    k = ctx.kernel(sdpa_kernel(causal, has_bias, window is not None))
     if has_bias:
         bs = ctx.in_shape(3)
         bias = f"{ctx.args[3]}.reshape({', '.join(str(d) for d in (1,) * (4 - len(bs)) + bs)})"
@@ -156,7 +187,9 @@ def render_sdpa(ctx: NodeCtx) -> None:
         bias = "np.zeros((1, 1, 1, 1), np.float32)"
     out = ctx.alloc()
     scale = ctx.attr("scale")
-    ctx.emit(f"{k}({ctx.args[0]}, {ctx.args[1]}, {ctx.args[2]}, {bias}, {out}, {f32_literal(scale)}, {THREADS})")
+    window_lit = "" if window is None else f"{window}, "
+    ctx.emit(f"{k}({ctx.args[0]}, {ctx.args[1]}, {ctx.args[2]}, {bias}, {out}, {f32_literal(scale)}, "
+             f"{window_lit}{THREADS})")
 
 
 ROPE = """\
@@ -187,9 +220,7 @@ def rope_tables(positions, hd, theta):
 
 
 def render_rope(ctx: NodeCtx) -> None:
-    shape = ctx.in_shape()
-    if shape[-1] % 2:
-        raise ctx.error(f"needs an even head width, got {shape[-1]}")
+    shape = ctx.in_shape()  # an even head width: rope's (and attention's) shape inference checks it
     k = ctx.kernel(Kernel("k_rope", ROPE.format(jit=jit()), (A4, A2, A2, A4)))
     tables = ctx.helper("rope_tables", ROPE_TABLES)
     theta = float(ctx.attr("theta", 10000.0))
@@ -211,12 +242,29 @@ def k_causal_mask(x, out, nt):
             out[r, j] = np.float32(-np.inf) if j > i else x[r, j]
 """
 
+CAUSAL_MASK_WINDOW = """\
+{jit}
+def k_causal_mask_window(x, out, nt, window):
+    # rows are (..., query i); key j > i or j <= i - window becomes -inf (top-left aligned)
+    rows, ns = x.shape
+    for r in prange(rows):
+        i = r % nt
+        for j in range(ns):
+            out[r, j] = np.float32(-np.inf) if j > i or j <= i - window else x[r, j]
+"""
+
 
 def render_causal_mask(ctx: NodeCtx) -> None:
     shape = ctx.in_shape()
-    k = ctx.kernel(Kernel("k_causal_mask", CAUSAL_MASK.format(jit=jit()), (A2, A2, I64)))
     out = ctx.alloc(inplace=(0,))
-    ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {ctx.rows(out, shape)}, {shape[-2]})")
+    rows = f"{ctx.rows(ctx.args[0], shape)}, {ctx.rows(out, shape)}, {shape[-2]}"
+    window = ctx.attr("window")
+    if window is None:
+        k = ctx.kernel(Kernel("k_causal_mask", CAUSAL_MASK.format(jit=jit()), (A2, A2, I64)))
+        ctx.emit(f"{k}({rows})")
+        return
+    k = ctx.kernel(Kernel("k_causal_mask_window", CAUSAL_MASK_WINDOW.format(jit=jit()), (A2, A2, I64, I64)))
+    ctx.emit(f"{k}({rows}, {int(window)})")
 
 
 RENDERERS = {

@@ -20,8 +20,10 @@ from irc.backends.cuda.render.sdpa_src import AttnSpec, pick_tile, sdpa_kernel
 from irc.backends.literals import float_literal, int_literal
 
 
-def launch_sdpa(ctx: Ctx, q: int, k: int, v: int, bias: int | None, out: int, scale: float, causal: bool) -> None:
-    """The fused kernel on values q [B, H, T, hd], k/v [B, G, S, hd/hdv] -> out [B, H, T, hdv]."""
+def launch_sdpa(ctx: Ctx, q: int, k: int, v: int, bias: int | None, out: int, scale: float, causal: bool,
+                window: int | None = None) -> None:
+    """The fused kernel on values q [B, H, T, hd], k/v [B, G, S, hd/hdv] -> out [B, H, T, hdv];
+    a causal ``window`` also hides key j <= query i − window (one kernel for every width)."""
     values = ctx.parts.plan.values
     b, heads, t, hd = values[q].shape
     groups, hdv = values[k].shape[1], values[v].shape[3]
@@ -29,11 +31,11 @@ def launch_sdpa(ctx: Ctx, q: int, k: int, v: int, bias: int | None, out: int, sc
         raise ctx.error(f"has {heads} query heads, not a multiple of {groups} key/value heads")
     tile = pick_tile(hdv)
     name = ctx.parts.reducing_kernel(
-        lambda path: sdpa_kernel(AttnSpec(tile, hd, hdv, causal, bias is not None, path)))
+        lambda path: sdpa_kernel(AttnSpec(tile, hd, hdv, causal, bias is not None, path, window=window is not None)))
     bias_arg = ctx.v(bias) if bias is not None else ctx.v(ctx.view(q, (b, heads, t, hd)))
     grid = dims(-(-t // tile.bm), b * heads)
-    ctx.launch(name, grid, dims(tile.threads), [ctx.v(q), ctx.v(k), ctx.v(v), bias_arg, ctx.v(out),
-                                                 ctx.f32(scale), ctx.i(heads), ctx.i(groups)])
+    args = [ctx.v(q), ctx.v(k), ctx.v(v), bias_arg, ctx.v(out), ctx.f32(scale), ctx.i(heads), ctx.i(groups)]
+    ctx.launch(name, grid, dims(tile.threads), args + ([ctx.i(window)] if window is not None else []))
 
 
 def render_sdpa(ctx: Ctx) -> None:
@@ -44,7 +46,13 @@ def render_sdpa(ctx: Ctx) -> None:
         bias = ctx.view(ctx.ins[3], (1,) * (4 - len(bshape)) + tuple(bshape))
     out = ctx.alloc()
     launch_sdpa(ctx, ctx.ins[0], ctx.ins[1], ctx.ins[2], bias, out, float(ctx.attr("scale")),
-                bool(ctx.attr("causal", False)))
+                bool(ctx.attr("causal", False)), window_arg(ctx))
+
+
+def window_arg(ctx: Ctx) -> int | None:
+    """The node's sliding window, or None for none (it slides the causal mask only)."""
+    window = ctx.attr("window")
+    return int(window) if window is not None and ctx.attr("causal", False) else None
 
 
 # -- rotary position embedding ------------------------------------------------------------
@@ -78,9 +86,7 @@ def rope_tables(ctx: Ctx, length: int, hd: int, theta: float) -> tuple[int, int]
 
 def launch_rope(ctx: Ctx, x: int, out: int, theta: float) -> None:
     shape = ctx.parts.plan.values[x].shape
-    t, hd = shape[-2], shape[-1]
-    if hd % 2:
-        raise ctx.error(f"rotates pairs of features; the head width {hd} is odd")
+    t, hd = shape[-2], shape[-1]  # hd is even: rope's (and attention's) shape inference checks it
     cos, sin = rope_tables(ctx, t, hd, theta)
     n = prod(shape) // 2
     grid, block = ctx.flat_grid(n)
@@ -190,7 +196,7 @@ def render_attention(ctx: Ctx) -> None:
             bias = total
     scale = ctx.attr("scale", 1.0 / math.sqrt(hd))
     o = ctx.temp((b, heads, t, hd))
-    launch_sdpa(ctx, q, k, v, bias, o, float(scale), causal)
+    launch_sdpa(ctx, q, k, v, bias, o, float(scale), causal, window_arg(ctx))
     merged = ctx.temp((b, t, heads, hd))
     so = contiguous_strides((b, heads, t, hd))
     copy_launch(ctx, ctx.f(o), ctx.f(merged), (b, t, heads, hd), (so[0], so[2], so[1], so[3]), 0,

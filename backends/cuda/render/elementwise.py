@@ -180,15 +180,28 @@ def k_causal_mask(x, out, n, t, s):
 """
 CAUSAL_KERNEL = Kernel("k_causal_mask", CAUSAL, (A1, A1, I64, I64, I64))
 
+CAUSAL_WINDOW = f"""\
+{JIT}
+def k_causal_mask_window(x, out, n, t, s, window):
+    i = cuda.grid(1)
+    if i < n:
+        j = i % s
+        q = (i // s) % t
+        out[i] = np.float32(-np.inf) if j > q or j <= q - window else x[i]
+"""
+CAUSAL_WINDOW_KERNEL = Kernel("k_causal_mask_window", CAUSAL_WINDOW, (A1, A1, I64, I64, I64, I64))
+
 
 def render_causal_mask(ctx: Ctx) -> None:
     ctx.need_float()
     shape = ctx.in_shape()
     n = prod(shape)
-    k = ctx.kernel(CAUSAL_KERNEL)
+    window = ctx.attr("window")  # a sliding window also hides key j <= query i − window
+    k = ctx.kernel(CAUSAL_KERNEL if window is None else CAUSAL_WINDOW_KERNEL)
     out = ctx.alloc()
     grid, block = ctx.flat_grid(n)
-    ctx.launch(k, grid, block, [ctx.F(0), ctx.f(out), ctx.i(n), ctx.i(shape[-2]), ctx.i(shape[-1])])
+    args = [ctx.F(0), ctx.f(out), ctx.i(n), ctx.i(shape[-2]), ctx.i(shape[-1])]
+    ctx.launch(k, grid, block, args + ([ctx.i(int(window))] if window is not None else []))
 
 
 RENDERERS = {

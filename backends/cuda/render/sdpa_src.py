@@ -8,7 +8,9 @@ Per key tile of BN keys: Q (resident in shared memory when it fits, else in chun
 chunks give the scores; scale, bias and masks; the row max over the TX threads of a row
 (warp shuffles, or shared memory in the simulator's path); ``p = exp(s − m)`` into shared
 memory; V in chunks gives ``o += p·v``. Key tiles wholly above the diagonal are never
-visited (causal), and the query tiles are issued last-first so the longest run first.
+visited (causal), and the query tiles are issued last-first so the longest run first. A
+sliding window W (query i also loses keys j <= i − W) starts the key loop at the tile of
+the first key the tile's first row sees, so the work is O(T·W); W is a kernel argument.
 fp32 accumulation; q, k, v and out may be float16 (loads widen, the store narrows).
 Query head ``h`` reads key/value head ``h // (heads // groups)`` (GQA, MQA).
 """
@@ -80,6 +82,7 @@ class AttnSpec:
     bias: bool
     path: str  # "shuffle" or "shared"
     min_blocks: int = 0  # >0: launch bounds asking for that many resident blocks per multiprocessor
+    window: bool = False  # causal with a sliding window (its width is the kernel's last argument)
 
     @property
     def rd(self) -> int:
@@ -116,7 +119,8 @@ class AttnSpec:
     def name(self) -> str:
         parts = ["k_sdpa", f"d{self.hd}"] + ([f"v{self.hdv}"] if self.hdv != self.hd else [])
         parts.append(self.tile.tag)
-        parts += (["causal"] if self.causal else []) + (["bias"] if self.bias else [])
+        parts += (["causal"] if self.causal else []) + (["window"] if self.window else [])
+        parts += ["bias"] if self.bias else []
         parts += [f"lb{self.min_blocks}"] if self.min_blocks > 0 else []
         return "_".join(parts) + f"__{self.path}"
 
@@ -193,7 +197,9 @@ def _scale_and_mask(spec: AttnSpec) -> list[str]:
             for j in range(t.rn):
                 lines.append(f"s{i}_{j} += bias[bn, bh, br{i}, bc{j}]")
     edge = f"k0 + {t.bn} > s_len" + (f" or k0 + {t.bn - 1} > q0" if spec.causal else "")
-    lines.append(f"if {edge}:  # some keys of this tile are past the end (or the diagonal)")
+    edge += f" or k0 <= q0 + {t.bm - 1} - window" if spec.window else ""
+    limits = "the diagonal, or the window's edge" if spec.window else "the diagonal"
+    lines.append(f"if {edge}:  # some keys of this tile are past the end (or {limits})")
     # +inf where key j exists, -inf past the end
     lines += [f"    lim{j} = math.copysign(INF, np.float32(s_len - k0 - tx - {t.tx * j}) - np.float32(0.5))"
               for j in range(t.rn)]
@@ -204,6 +210,8 @@ def _scale_and_mask(spec: AttnSpec) -> list[str]:
             limit = f"lim{j}"
             if spec.causal:
                 limit = f"min(lim{j}, math.copysign(INF, np.float32(gap{i} - {t.tx * j}) + np.float32(0.5)))"
+            if spec.window:  # +inf while the key is within the window (row − key < W), −inf past it
+                limit = f"min({limit}, math.copysign(INF, np.float32(window - gap{i} + {t.tx * j}) - np.float32(0.5)))"
             lines.append(f"    s{i}_{j} = min(s{i}_{j}, {limit})")
     return lines
 
@@ -270,10 +278,12 @@ def _finish(spec: AttnSpec) -> list[str]:
 
 
 def sdpa_kernel(spec: AttnSpec) -> Kernel:
-    """``k(q, k, v, bias, out, scale, heads, groups)``: q [B, H, T, hd], k [B, G, S, hd],
+    """``k(q, k, v, bias, out, scale, heads, groups[, window])``: q [B, H, T, hd], k [B, G, S, hd],
     v [B, G, S, hdv], out [B, H, T, hdv], bias broadcastable to [B, H, T, S] (read only
-    when the kernel has one: pass any 4-D array otherwise)."""
+    when the kernel has one: pass any 4-D array otherwise); ``window`` only in a window spec."""
     t = spec.tile
+    if spec.window and not spec.causal:
+        raise AssertionError("a sliding window slides the causal mask")
     if t.tx > 32 or 32 % t.tx:
         raise AssertionError(f"TX={t.tx}: the threads of a row must share a warp")
     if spec.shared_bytes > SHARED_LIMIT:
@@ -316,10 +326,12 @@ def sdpa_kernel(spec: AttnSpec) -> Kernel:
                  f"    dd = e % {spec.hd}",
                  "    Qs[dd, r] = q[n, h, q0 + r, dd] if q0 + r < t_len else np.float32(0.0)",
                  "cuda.syncthreads()"]
-    body.append(f"for k0 in range(0, kend, {t.bn}):")
+    if spec.window:
+        body.append(f"kbeg = max(q0 + 1 - window, 0) // {t.bn} * {t.bn}  # window: no tile left of every row's window")
+    body.append(f"for k0 in range({'kbeg' if spec.window else 0}, kend, {t.bn}):")
     for part in (_scores(spec), _scale_and_mask(spec), _softmax_update(spec), ["cuda.syncthreads()"], _values(spec)):
         body += [f"    {line}" for line in part]
     body += _finish(spec)
-    args = "q, k, v, bias, out, scale, heads, groups"
+    args = "q, k, v, bias, out, scale, heads, groups" + (", window" if spec.window else "")
     src = f"{jit_bounded(t.threads, spec.min_blocks)}\ndef {spec.name}({args}):\n" + "".join(f"    {x}\n" for x in body)
-    return Kernel(spec.name, src, (A4, A4, A4, A4, A4, F32, I64, I64))
+    return Kernel(spec.name, src, (A4, A4, A4, A4, A4, F32, I64, I64) + ((I64,) if spec.window else ()))
