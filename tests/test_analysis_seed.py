@@ -7,6 +7,7 @@ test), never from irc's output.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,14 @@ def test_fold_networks(analyze: Callable) -> None:
     assert deep20["relu_mlp"]["linear_regions_lower_bound"] == 2**20 == 1_048_576
     assert shallow["relu_mlp"]["linear_regions_lower_bound"] == 1_023  # (1023/1)^0·1023^1
     assert shallow["relu_mlp"]["one_layer_max_regions"] == 1_024  # w + 1
+    assert deep20["relu_mlp"]["linear_regions_lower_bound_log10"] == round(20 * math.log10(2), 4)
+
+
+def test_region_bound_past_a_thousand_digits_is_given_by_its_logarithm() -> None:
+    """(3·10^6 / 3000)^3000 · (10^6)^3000 = 10^27,000: too long to print, so null and its log10."""
+    from irc.analysis.regions import montufar_bound, montufar_log10
+
+    assert montufar_log10(3000, [3_000_000, 1_000_000]) == pytest.approx(27_000)
+    assert montufar_bound(3000, [3_000_000, 1_000_000]) is None
+    assert montufar_bound(3, [300_000, 100_000]) == 10**30  # (10^5)^3 · (10^5)^3, exact
+    assert montufar_bound(10**10, [300, 100]) == 0  # ⌊300/d_in⌋ = 0, without forming 100^(10^10)

@@ -9,6 +9,7 @@ per layer, witnesses 2^L pieces; one hidden layer of w units has at most w + 1.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from irc.graph import Graph
@@ -38,7 +39,24 @@ def relu_mlp_chain(graph: Graph) -> tuple[int, list[int]] | None:
     return d_in, widths
 
 
-def montufar_bound(d_in: int, widths: list[int]) -> int:
+EXACT_DIGITS = 1000  # past this the bound is given by its decimal logarithm (it can have billions of digits)
+
+
+def montufar_log10(d_in: int, widths: list[int]) -> float:
+    """log10 of the bound (-inf when a factor ⌊w_i/d_in⌋ is 0), without forming it."""
+    factors = [w // d_in for w in widths[:-1]] + [widths[-1]]
+    if min(factors) == 0:
+        return -math.inf
+    return d_in * sum(math.log10(f) for f in factors)
+
+
+def montufar_bound(d_in: int, widths: list[int]) -> int | None:
+    """The bound exactly, or None when it has more than EXACT_DIGITS digits."""
+    digits = montufar_log10(d_in, widths)
+    if digits == -math.inf:
+        return 0
+    if digits > EXACT_DIGITS:
+        return None
     bound = 1
     for w in widths[:-1]:
         bound *= (w // d_in) ** d_in
@@ -56,6 +74,8 @@ def relu_mlp_regions(graph: Graph) -> dict[str, Any] | None:
         "hidden_widths": widths,
         "depth": depth,
         "linear_regions_lower_bound": montufar_bound(d_in, widths),
+        "linear_regions_lower_bound_log10": round(montufar_log10(d_in, widths), 4)
+        if montufar_log10(d_in, widths) > -math.inf else None,
         "fold_regions": 2**depth if d_in == 1 and min(widths) >= 2 else None,
         "one_layer_max_regions": widths[0] + 1 if d_in == 1 and depth == 1 else None,
     }

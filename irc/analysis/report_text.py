@@ -113,8 +113,9 @@ def _summary(a: Analysis) -> list[str]:
                      "(last spatial layer)"))
     m = a.relu_mlp
     if m:
-        text = (f"depth {m['depth']}, input {m['input_dim']}; ≥ {commas(m['linear_regions_lower_bound'])} "
-                "linear regions (Montúfar 2014)")
+        bound = m["linear_regions_lower_bound"]
+        shown = commas(bound) if bound is not None else f"10^{m['linear_regions_lower_bound_log10']:,.1f}"
+        text = f"depth {m['depth']}, input {m['input_dim']}; ≥ {shown} linear regions (Montúfar 2014)"
         if m["fold_regions"]:
             text += f"; the fold reaches 2^{m['depth']} = {commas(m['fold_regions'])}"
         if m["one_layer_max_regions"]:

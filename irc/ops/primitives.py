@@ -133,6 +133,7 @@ register(OpDef(
 
 def _add_norm_infer(a, ts):
     s = broadcast(ts[0], ts[1], "add_norm")
+    need_rank(s, 1, "a stream [..., D]")
     need_float(s)
     if s != ts[0]:
         raise ShapeError(f"the residual {ts[1]} must not broaden the stream {ts[0]}")

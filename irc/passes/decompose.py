@@ -131,6 +131,8 @@ def _attention(ctx: Context, node: Node) -> Rewrite | None:
     b, t, d = ctx.types[x].shape
     bkv, s = ctx.types[kv].shape[:2]  # bkv is b, or 1: one key/value sequence for every query
     h, g, hd = a["heads"], kv_heads(a), head_dim(a, d)
+    if a["scale"] is None and not isinstance(hd, int):
+        return None  # the default scale 1/√d_head needs a number: the layer stays whole until d is bound
 
     def heads(v: str, n: int, batch, length, name: str) -> str:
         v = e.op("reshape", [v], {"shape": [batch, length, n, hd]})

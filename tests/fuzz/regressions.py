@@ -92,4 +92,13 @@ FIXED: dict[str, Case] = {
                                            "lint-scale-gradient-underflow"),
     "ir-sym-recursion": _ir('graph @m(B) {\n  %x = input : f32[B,4]\n  %y = linear %x {out=sym("' + "(" * 1000
                             + '")} : f32[B,4]\n  output y = %y\n}\n', "ir-sym-recursion"),
+    # the 100,000-case run of 2026-11-30 (seed 2026)
+    "ir-add-norm-scalar": _ir("graph @m(B, T) {\n  %x = input : f32[]\n  %r = input : f32[]\n"
+                              "  %s, %n = add_norm %x, %r\n  output y = %n\n}\n", "ir-add-norm-scalar"),
+    "attention-symbolic-width-lowering": _arch("model m(B, T) {\n  input x: f32[B, T, B]\n"
+                                               "  output y = attention(x, heads=4, causal=true)\n}\n",
+                                               "attention-symbolic-width-lowering"),
+    "mlp-regions-huge-input": _arch("model m(B) {\n  input image: f32[B, 60129542144]\n"
+                                    "  h = relu(linear(image, 300))\n  h = relu(linear(h, 100))\n"
+                                    "  output logits = linear(h, 10)\n}\n", "mlp-regions-huge-input"),
 }
