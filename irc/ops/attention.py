@@ -34,11 +34,17 @@ def check_score_bias(bias: TensorType, scores: tuple) -> None:
                              f"[{', '.join(str(d) for d in scores)}] (B, heads, T, S)")
 
 
-def _infer(a, ts):
+def _queries_and_keys(ts: list[TensorType], keys: str) -> tuple[TensorType, TensorType]:
+    """The [B, T, D] queries and the [B, S, D] sequence the keys come from (the queries when absent)."""
     x = ts[0]
     kv = ts[1] if len(ts) > 1 else x
     need_rank(x, (3,), "queries [B, T, D]")
-    need_rank(kv, (3,), "keys/values [B, S, D]")
+    need_rank(kv, (3,), f"{keys} [B, S, D]")
+    return x, kv
+
+
+def _infer(a, ts):
+    x, kv = _queries_and_keys(ts, "keys/values")
     need_float(x)
     d = x.shape[-1]
     h, g = a["heads"], kv_heads(a)
@@ -123,10 +129,7 @@ def check_buckets(buckets: int, max_distance: int, bidirectional: bool, names: t
 
 
 def _rel_infer(a, ts):
-    q = ts[0]
-    k = ts[1] if len(ts) > 1 else q
-    need_rank(q, (3,), "queries [B, T, D]")
-    need_rank(k, (3,), "keys [B, S, D]")
+    q, k = _queries_and_keys(ts, "keys")
     check_buckets(a["buckets"], a["max_distance"], a["bidirectional"])
     return [TensorType("f32", (1, a["heads"], q.shape[1], k.shape[1]))]
 
