@@ -77,8 +77,9 @@ class Sym:
             if other != 0 and all(c % other == 0 for _, c in self.terms):
                 return _norm({m: c // other for m, c in self.terms})
             nested = self._nested_floordiv()
-            if nested is not None and other > 0:
-                # floor((floor(p/a) + c)/b) == floor((p + c*a)/(a*b)) for integers, a, b > 0
+            if nested is not None and other > 0 and nested[1] * other < 2**62:
+                # floor((floor(p/a) + c)/b) == floor((p + c*a)/(a*b)) for integers, a, b > 0; folded
+                # only while a*b stays a size (so the printed IR keeps numbers its parser reads)
                 inner, a, c = nested
                 return (inner + c * a) // (a * other)
         if isinstance(other, int) and other != 0:

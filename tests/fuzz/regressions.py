@@ -101,4 +101,8 @@ FIXED: dict[str, Case] = {
     "mlp-regions-huge-input": _arch("model m(B) {\n  input image: f32[B, 60129542144]\n"
                                     "  h = relu(linear(image, 300))\n  h = relu(linear(h, 100))\n"
                                     "  output logits = linear(h, 10)\n}\n", "mlp-regions-huge-input"),
+    # the second 100,000-case run (seed 1130): nested pools folded into H//10^54, which the IR parser refuses
+    "nested-floordiv-past-2-62": _arch("model m(B, H, W) {\n  input image: f32[B, 3, H, W]\n"
+                                       "  x = maxpool2d(image, 1e18)\n  x = maxpool2d(x, 1e18)\n"
+                                       "  output y = maxpool2d(x, 1e18)\n}\n", "nested-floordiv-past-2-62"),
 }
