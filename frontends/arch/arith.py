@@ -6,6 +6,7 @@ sizes are :class:`irc.dims.Sym` polynomials, which take integers only.
 
 from __future__ import annotations
 
+import operator
 from fractions import Fraction
 from typing import Any
 
@@ -50,19 +51,14 @@ def arith(kind: str, a: Any, b: Any, loc: Loc) -> Any:
     return checked(simplify(result), f"the result of '{op}'", loc)
 
 
+# the operators that mean the same on exact rationals and on floats; '**' differs and is below
+_PLAIN = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
+          "floordiv": operator.floordiv, "mod": operator.mod}
+
+
 def _exact(kind: str, a: Fraction, b: Fraction, loc: Loc) -> Fraction | int:
-    if kind == "add":
-        return a + b
-    if kind == "sub":
-        return a - b
-    if kind == "mul":
-        return a * b
-    if kind == "div":
-        return a / b
-    if kind == "floordiv":
-        return a // b
-    if kind == "mod":
-        return a % b
+    if kind in _PLAIN:
+        return _PLAIN[kind](a, b)
     assert kind == "pow"
     if b.denominator != 1:
         raise IrcError("'**' needs an integer exponent", loc)
@@ -72,18 +68,8 @@ def _exact(kind: str, a: Fraction, b: Fraction, loc: Loc) -> Fraction | int:
 
 
 def _floats(kind: str, a: float, b: float, loc: Loc) -> float:
-    if kind == "add":
-        return a + b
-    if kind == "sub":
-        return a - b
-    if kind == "mul":
-        return a * b
-    if kind == "div":
-        return a / b
-    if kind == "floordiv":
-        return a // b
-    if kind == "mod":
-        return a % b
+    if kind in _PLAIN:
+        return _PLAIN[kind](a, b)
     result = a**b
     if isinstance(result, complex):
         raise IrcError(f"'**' of the negative number {a!r} to a fractional power has no real value", loc)

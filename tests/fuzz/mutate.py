@@ -55,24 +55,22 @@ def duplicate_token(toks, draw):
     return toks if i is None else toks[:i + 1] + [("ws", " "), toks[i]] + toks[i + 1:]
 
 
-def swap_tokens(toks, draw):
-    idx = _significant(toks)
+def _swap_two(toks, draw, idx):
+    """Two of the tokens at ``idx`` trade places."""
     i, j = _pick(draw, idx), _pick(draw, idx)
     if i is None or j is None:
         return toks
     out = list(toks)
     out[i], out[j] = out[j], out[i]
     return out
+
+
+def swap_tokens(toks, draw):
+    return _swap_two(toks, draw, _significant(toks))
 
 
 def swap_numbers(toks, draw):
-    idx = _significant(toks, "number")
-    i, j = _pick(draw, idx), _pick(draw, idx)
-    if i is None or j is None:
-        return toks
-    out = list(toks)
-    out[i], out[j] = out[j], out[i]
-    return out
+    return _swap_two(toks, draw, _significant(toks, "number"))
 
 
 def _replace(toks, i, text):
