@@ -21,6 +21,8 @@ from irc.runtime.compare import reference_errors, rel_error
 from irc.runtime.graphs import graph_from_source
 from irc.runtime.weights import check_weights
 
+# ops whose numpy reference this file checks against PyTorch (read by tests/op_coverage.py)
+ORACLE_OPS = frozenset({"attention", "sdpa"})
 TOL32, TOL64 = 1e-5, 1e-10
 
 

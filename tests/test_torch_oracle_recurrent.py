@@ -22,6 +22,8 @@ from irc.runtime.compare import reference_errors, rel_error
 from irc.runtime.graphs import graph_from_source
 from irc.runtime.weights import check_weights, expected_weights
 
+# ops whose numpy reference this file checks against PyTorch (read by tests/op_coverage.py)
+ORACLE_OPS = frozenset({"rnn", "lstm", "gru"})
 TOL32, TOL64 = 1e-5, 1e-10
 B, T, D, H = 3, 7, 5, 4
 

@@ -3,12 +3,17 @@
 from irc.ops import (  # noqa: F401
     attention,
     conv,
+    decode,
     dense,
     elementwise,
     embedding,
+    grad_layers,
+    grad_ops,
+    losses,
     norm,
     primitives,
     recurrent,
+    resample,
     shape_ops,
 )
 from irc.ops.registry import OPS, Attr, AttrError, OpDef, ShapeError, canonical_name, get_op, normalize_attrs

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from irc.dims import Dim
 from irc.ops.common import conv_out, need_float, need_rank, pair
-from irc.ops.registry import Attr, OpDef, ShapeError, register
+from irc.ops.cost import Cost, numel
+from irc.ops.registry import RF_ADAPTIVE, RF_GLOBAL, Attr, OpDef, ShapeError, register, rf_window
+from irc.ops.vjps import GRAD_LATER, vjp_window_layer
 from irc.types import TensorType
 
 
@@ -60,6 +64,51 @@ def _conv_params(nd):
     return params
 
 
+def _taps(a, nd: int) -> int:
+    k = pair(a["kernel"]) if nd == 2 else (a["kernel"],)
+    out = 1
+    for v in k:
+        out *= v
+    return out
+
+
+def _conv_cost(nd):
+    def cost(node, ins, outs) -> Cost:
+        y = outs[0]
+        cin = ins[0].shape[1] // node.attrs["groups"]
+        c = Cost().mac("linear", numel(y) * cin * _taps(node.attrs, nd))
+        return c.add("elementwise", numel(y) if node.attrs["bias"] else 0)
+    return cost
+
+
+def _pool_cost(nd):
+    def cost(node, ins, outs) -> Cost:
+        return Cost().add("pool", numel(outs[0]) * _taps(node.attrs, nd))  # a compare or add per tap
+    return cost
+
+
+def _bin_total(size: int, out: int) -> int:
+    """Sum of PyTorch adaptive-pool bin widths along one axis."""
+    return sum(-((-(i + 1) * size) // out) - (i * size) // out for i in range(out))
+
+
+def _adaptive_cost(node, ins, outs) -> Cost:
+    x = ins[0]
+    oh, ow = pair(node.attrs["size"])
+    return Cost().add("pool", x.shape[0] * x.shape[1] * _bin_total(x.shape[2], oh) * _bin_total(x.shape[3], ow))
+
+
+def _tconv_window(nd: int):
+    """An output position of a transposed convolution gathers the inputs i with o + p − t·d = i·s: a span
+    of ceil((d·(k − 1) + 1)/s) inputs, and neighbouring outputs are 1/s input pixels apart."""
+    def step(a) -> tuple[tuple[int, ...], tuple[Fraction, ...]]:
+        per = (lambda v: pair(v)) if nd == 2 else (lambda v: (v,))
+        ks, ss, ds = per(a["kernel"]), per(a["stride"]), per(a["dilation"])
+        spans = tuple(-(-(d * (k - 1) + 1) // s) for k, s, d in zip(ks, ss, ds))
+        return spans, tuple(Fraction(1, s) for s in ss)
+    return step
+
+
 for _nd in (1, 2):
     _k = "pair" if _nd == 2 else "posint"
     register(OpDef(
@@ -75,6 +124,8 @@ for _nd in (1, 2):
         ),
         _conv_infer(_nd), _conv_params(_nd),
         doc=f"{_nd}-D convolution, weight [out, in/groups, k...] (PyTorch layout)",
+        cost=_conv_cost(_nd), init=lambda a: {"weight": "fan", "bias": "zeros"}, receptive=rf_window(_nd),
+        classes=frozenset({"conv", "window"} | ({"position"} if _nd == 1 else set())), depth=1, vjp=vjp_window_layer,
     ))
 
 
@@ -99,12 +150,14 @@ for _nd in (1, 2):
         f"maxpool{_nd}d", ("x",),
         (Attr("kernel", _k), Attr("stride", _k, None), Attr("padding", _pad, 0), Attr("dilation", _k, 1)),
         _pool_infer(_nd), doc=f"{_nd}-D max pooling (stride defaults to the kernel)",
+        cost=_pool_cost(_nd), receptive=rf_window(_nd), classes=frozenset({"pool", "window"}), vjp=vjp_window_layer,
     ))
     register(OpDef(
         f"avgpool{_nd}d", ("x",),
         (Attr("kernel", _k), Attr("stride", _k, None), Attr("padding", _pad, 0),
          Attr("count_include_pad", "bool", True)),
         _pool_infer(_nd), doc=f"{_nd}-D average pooling (stride defaults to the kernel)",
+        cost=_pool_cost(_nd), receptive=rf_window(_nd), classes=frozenset({"pool", "window"}), vjp=vjp_window_layer,
     ))
 
 
@@ -116,7 +169,9 @@ def _gap_infer(a, ts):
 
 
 register(OpDef("global_avgpool", ("x",), (), _gap_infer, aliases=("gap",),
-               doc="mean over every spatial axis: [B, C, ...] → [B, C]"))
+               doc="mean over every spatial axis: [B, C, ...] → [B, C]",
+               cost=lambda node, ins, outs: Cost().add("pool", numel(ins[0])), receptive=RF_GLOBAL,
+               classes=frozenset({"pool"}), vjp=vjp_window_layer))
 
 
 def _adaptive_infer(a, ts):
@@ -128,4 +183,88 @@ def _adaptive_infer(a, ts):
 
 
 register(OpDef("adaptive_avgpool2d", ("x",), (Attr("size", "pair"),), _adaptive_infer,
-               doc="average pooling to a fixed output size (PyTorch's bin edges)"))
+               doc="average pooling to a fixed output size (PyTorch's bin edges)",
+               cost=_adaptive_cost, receptive=RF_ADAPTIVE, classes=frozenset({"pool", "window"}),
+               na={"grad": GRAD_LATER}))
+
+
+# -- transposed convolution (torch.nn.ConvTranspose{1,2}d) ------------------------------------------
+
+
+def _geometry(a, nd: int) -> tuple[tuple[int, ...], ...]:
+    """kernel, stride, padding, output_padding, dilation: one value per spatial axis."""
+    keys = ("kernel", "stride", "padding", "output_padding", "dilation")
+    return tuple(pair(a[k]) if nd == 2 else (a[k],) for k in keys)
+
+
+def transposed_size(size: Dim, k: int, s: int, p: int, op: int, d: int) -> Dim:
+    """(size − 1)·s − 2·p + d·(k − 1) + output_padding + 1, PyTorch's ConvTranspose output size."""
+    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+
+
+def _tconv_infer(nd: int):
+    def infer(a, ts):
+        (x,) = ts
+        need_rank(x, (nd + 2,), "an input [B, C, " + ("L]" if nd == 1 else "H, W]"))
+        need_float(x)
+        c, g = x.shape[1], a["groups"]
+        bad = [(what, n) for what, n in (("input", c), ("output", a["out"])) if isinstance(n, int) and n % g]
+        if bad:
+            raise ShapeError(f"{bad[0][0]} channels {bad[0][1]} are not divisible by groups={g}")
+        out: list[Dim] = []
+        for i, (k, s, p, op, d) in enumerate(zip(*_geometry(a, nd))):
+            size = transposed_size(x.shape[2 + i], k, s, p, op, d)
+            if op >= max(s, d) or (isinstance(size, int) and size < 1):
+                problem = (f"output_padding {op} must be smaller than stride {s} or dilation {d}"
+                           if op >= max(s, d) else f"the output would have size {size}")
+                raise ShapeError(f"{problem} (axis {2 + i} of {x}: (in − 1)·stride − 2·padding + "
+                                 "dilation·(kernel − 1) + output_padding + 1, as in PyTorch)")
+            out.append(size)
+        return [x.with_shape((x.shape[0], a["out"]) + tuple(out))]
+    return infer
+
+
+def _tconv_params(nd: int):
+    def params(a, ts):
+        c = ts[0].shape[1]
+        p: dict[str, tuple[Dim, ...]] = {"weight": (c, a["out"] // a["groups"]) + _geometry(a, nd)[0]}
+        if a["bias"]:
+            p["bias"] = (a["out"],)
+        return p
+    return params
+
+
+def _tconv_cost(nd: int):
+    def cost(node, ins, outs) -> Cost:
+        # each input element scatters into out/groups channels × every tap (fvcore's and
+        # torch.utils.flop_counter's count: batch · prod(weight) · prod(input spatial))
+        per = node.attrs["out"] // node.attrs["groups"] * _taps(node.attrs, nd)
+        c = Cost().mac("linear", numel(ins[0]) * per)
+        return c.add("elementwise", numel(outs[0]) if node.attrs["bias"] else 0)
+    return cost
+
+
+for _nd in (1, 2):
+    _k = "pair" if _nd == 2 else "posint"
+    _pad = "pair_nonneg" if _nd == 2 else "nonneg"
+    register(OpDef(
+        f"conv_transpose{_nd}d", ("x",),
+        (
+            Attr("out", "posint", doc="output channels"),
+            Attr("kernel", _k),
+            Attr("stride", _k, 1),
+            Attr("padding", _pad, 0, doc="removed from each side of the full output"),
+            Attr("output_padding", _pad, 0, doc="added to one side (the end) of the output"),
+            Attr("dilation", _k, 1),
+            Attr("groups", "posint", 1),
+            Attr("bias", "bool", True),
+        ),
+        _tconv_infer(_nd), _tconv_params(_nd),
+        doc=f"{_nd}-D transposed convolution (the gradient of conv{_nd}d), weight [in, out/groups, k...] "
+            "(PyTorch layout)",
+        # fan: the weight's axis 1 (out/groups) times the taps is fan_in, as torch's
+        # _calculate_fan_in_and_fan_out reads the transposed layout
+        cost=_tconv_cost(_nd), init=lambda a: {"weight": "fan", "bias": "zeros"},
+        receptive=rf_window(_nd, _tconv_window(_nd)),
+        classes=frozenset({"conv", "window"}), depth=1, na={"grad": GRAD_LATER},
+    ))

@@ -3,8 +3,46 @@
 from __future__ import annotations
 
 from irc.ops.common import broadcast, need_float, need_rank, promote
-from irc.ops.registry import Attr, OpDef, ShapeError, register
+from irc.ops.cost import Cost, numel, rows
+from irc.ops.registry import LOWERED_FOR_CUDA, RF_LAST_AXIS, Attr, OpDef, ShapeError, register, rf_reset
+from irc.ops.vjps import GRAD_LOWERED, vjp_matmul
 from irc.types import TensorType
+
+
+def _linear_cost(node, ins, outs) -> Cost:
+    x, y = ins[0], outs[0]
+    c = Cost().mac("linear", rows(x) * x.shape[-1] * y.shape[-1])
+    return c.add("elementwise", numel(y) if node.attrs["bias"] else 0)
+
+
+def _matmul_cost(node, ins, outs) -> Cost:
+    return Cost().mac("matmul", numel(outs[0]) * ins[0].shape[-1])
+
+
+def _ffn_cost(node, ins, outs) -> Cost:
+    x, y = ins[0], outs[0]
+    tokens, hidden = rows(x), node.attrs["hidden"]
+    c = Cost().mac("linear", tokens * hidden * (x.shape[-1] + y.shape[-1]))
+    c.add("activation", tokens * hidden)
+    return c.add("elementwise", tokens * hidden + numel(y) if node.attrs["bias"] else 0)
+
+
+def _swiglu_cost(node, ins, outs) -> Cost:
+    x, y = ins[0], outs[0]
+    tokens, hidden = rows(x), node.attrs["hidden"]
+    c = Cost().mac("linear", tokens * hidden * (2 * x.shape[-1] + y.shape[-1]))
+    c.add("activation", tokens * hidden)  # silu(gate)
+    c.add("elementwise", tokens * hidden)  # ⊙ up
+    return c.add("elementwise", 2 * tokens * hidden + numel(y) if node.attrs["bias"] else 0)
+
+
+def _hidden_rows(a, ts) -> int:
+    return ts[0].numel() // ts[0].shape[-1] * a["hidden"]
+
+
+def _ffn_init(a) -> dict[str, str]:
+    # the first matrix feeds the activation: He for a ReLU FFN, GPT-2's normal(0.02) otherwise
+    return {"w1": "he" if a["act"] == "relu" else "normal", "w2": "normal", "b1": "zeros", "b2": "zeros"}
 
 
 def _linear_infer(a, ts):
@@ -27,6 +65,8 @@ register(OpDef(
     (Attr("out", "dim", doc="output features"), Attr("bias", "bool", True)),
     _linear_infer, _linear_params, aliases=("dense",),
     doc="y = x·Wᵀ + b over the last axis (weight [out, in], PyTorch layout)",
+    cost=_linear_cost, init=lambda a: {"weight": "fan", "bias": "zeros"}, receptive=RF_LAST_AXIS,
+    classes=frozenset({"linear", "learned"}), depth=1, na={"cuda": LOWERED_FOR_CUDA, "grad": GRAD_LOWERED},
 ))
 
 
@@ -52,7 +92,9 @@ def _dims(shape) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-register(OpDef("matmul", ("a", "b"), (), _matmul_infer, doc="batched matrix product with broadcasting"))
+register(OpDef("matmul", ("a", "b"), (), _matmul_infer, doc="batched matrix product with broadcasting",
+               cost=_matmul_cost, receptive=rf_reset("mixes positions of both operands"),
+               classes=frozenset({"learned"}), vjp=vjp_matmul))
 
 
 def _ffn_infer(a, ts):
@@ -85,6 +127,9 @@ register(OpDef(
     ),
     _ffn_infer, _ffn_params, aliases=("mlp",),
     doc="position-wise feed-forward: linear(hidden) → act → linear(out)",
+    cost=_ffn_cost, init=_ffn_init, receptive=RF_LAST_AXIS, classes=frozenset({"linear", "learned"}), depth=2,
+    na={"cuda": LOWERED_FOR_CUDA, "grad": GRAD_LOWERED},
+    internal=lambda a, ts: 2 * _hidden_rows(a, ts),  # the hidden layer before and after its activation
 ))
 
 
@@ -103,4 +148,9 @@ register(OpDef(
     (Attr("hidden", "dim"), Attr("bias", "bool", False), Attr("out", "dim", None)),
     _ffn_infer, _swiglu_params,
     doc="(silu(x·W_gateᵀ) ⊙ x·W_upᵀ)·W_downᵀ — three matrices",
+    cost=_swiglu_cost, init=lambda a: {k: "normal" if k.startswith("w") else "zeros" for k in
+                                       ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down")},
+    receptive=RF_LAST_AXIS, classes=frozenset({"linear", "learned"}), depth=2,
+    na={"cuda": LOWERED_FOR_CUDA, "grad": GRAD_LOWERED},
+    internal=lambda a, ts: 3 * _hidden_rows(a, ts),  # gate, up and their product
 ))

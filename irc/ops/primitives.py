@@ -8,8 +8,50 @@ After lowering, weights are values: a ``param`` node yields the tensor stored un
 from __future__ import annotations
 
 from irc.ops.common import broadcast, need_float, need_rank, same_dim
-from irc.ops.registry import Attr, OpDef, ShapeError, register
+from irc.ops.cost import SOFTMAX_PER_ELEMENT, Cost, free, numel, per_element, rows, visible_pairs
+from irc.ops.norm import layernorm_cost, rmsnorm_cost
+from irc.ops.registry import INIT_RULES, RF_LAST_AXIS, RF_POINTWISE, Attr, OpDef, ShapeError, register, rf_reset
+from irc.ops.vjps import GRAD_FUSED, GRAD_LATER, vjp_causal_mask, vjp_gemm, vjp_param
 from irc.types import TensorType
+
+# Each cost counts what its composite counted for the same work, so FLOPs agree before and after
+# lowering (the causal attention core agrees once fused: unfused, the full T×S is computed).
+_PRIMITIVE = frozenset({"primitive"})
+_FUSED = frozenset({"fused"})
+
+
+def _gemm_cost(node, ins, outs) -> Cost:
+    x, y = ins[0], outs[0]
+    c = Cost().mac("linear", rows(x) * x.shape[-1] * y.shape[-1])
+    c.add("elementwise", numel(y) if len(ins) > 2 else 0)
+    return c.add("activation", numel(y) if node.attrs.get("act", "none") != "none" else 0)
+
+
+def _gemm_glu_cost(node, ins, outs) -> Cost:
+    x, y = ins[0], outs[0]
+    c = Cost().mac("linear", 2 * rows(x) * x.shape[-1] * y.shape[-1])
+    return c.add("activation", numel(y)).add("elementwise", numel(y))
+
+
+def _gemm_multi_cost(node, ins, outs) -> Cost:
+    x = ins[0]
+    return Cost().mac("linear", rows(x) * x.shape[-1] * sum(y.shape[-1] for y in outs))
+
+
+def _sdpa_cost(node, ins, outs) -> Cost:
+    q, k = ins[0], ins[1]
+    b, h, t, hd = q.shape
+    s = k.shape[2]
+    pairs = b * h * visible_pairs(t, s, node.attrs["causal"], node.attrs.get("window"))
+    c = Cost().mac("attention", 2 * pairs * hd)
+    c.add("softmax", SOFTMAX_PER_ELEMENT * pairs)
+    c.add("elementwise", pairs * (2 if len(ins) > 3 else 1))  # the scale (and an additive bias)
+    return c
+
+
+def _add_norm_cost(node, ins, outs) -> Cost:
+    norm = layernorm_cost if node.attrs["kind"] == "layernorm" else rmsnorm_cost
+    return norm(node.attrs, ins, outs[1:]).add("elementwise", numel(outs[0]))
 
 ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu", "tanh")
 
@@ -20,10 +62,26 @@ def _param_infer(a, ts):
     return [TensorType("f32", tuple(a["shape"]))]
 
 
+def _param_rule(a) -> str:
+    if a.get("init") is not None:
+        return a["init"]
+    if a["name"] in ("gain", "running_var"):  # a lowered norm's keys keep the norm's rules
+        return "ones"
+    return "zeros" if len(a["shape"]) == 1 else "xavier"
+
+
 register(OpDef(
-    "param", (), (Attr("name", "ref"), Attr("shape", "dims")), _param_infer,
+    "param", (), (Attr("name", "ref"), Attr("shape", "dims"),
+                  Attr("init", "enum", None, tuple(INIT_RULES), doc="how it starts; default: ones for a gain or "
+                       "running variance, zeros for another vector, Xavier for a matrix")),
+    _param_infer,
     lambda a, ts: {a["name"]: tuple(a["shape"])},
     doc="a weight as a value: the tensor stored under <weights>.<name>",
+    # a lowered weight keeps the rule of the layer it came from (the weights file is the same)
+    cost=free, init=lambda a: {a["name"]: _param_rule(a)},
+    receptive=rf_reset("a weight, not an activation"), classes=frozenset({"primitive", "view"}),
+    na={"cuda": "a weight slot the CUDA driver binds, not a kernel", "torch_oracle": "holds a weight: nothing to "
+        "compute"}, vjp=vjp_param,
 ))
 
 
@@ -45,6 +103,8 @@ def _gemm_infer(a, ts):
 register(OpDef(
     "gemm", ("x", "w", "b?"), (Attr("act", "enum", "none", ACTS),), _gemm_infer,
     doc="act(x @ w.T + b): a linear layer with its weights as operands and an activation epilogue",
+    cost=_gemm_cost, receptive=RF_LAST_AXIS, classes=frozenset({"primitive", "linear", "learned"}), depth=1,
+    vjp=vjp_gemm,
 ))
 
 
@@ -60,6 +120,8 @@ register(OpDef(
     "gemm_glu", ("x", "w_gate", "w_up"), (Attr("act", "enum", "silu", ("silu", "gelu", "gelu_tanh", "relu")),),
     _gemm_glu_infer,
     doc="act(x @ w_gate.T) * (x @ w_up.T) in one pass (SwiGLU's gated half)",
+    cost=_gemm_glu_cost, receptive=RF_LAST_AXIS, classes=frozenset({"fused", "linear", "learned"}), depth=1,
+    na={"grad": GRAD_FUSED},
 ))
 
 
@@ -72,6 +134,8 @@ register(OpDef(
     "gemm_multi", ("x", "ws*"), (), _gemm_multi_infer,
     results=lambda a: ("q", "k", "v"),
     doc="x @ w_i.T for several weights in one matmul over their concatenation (merged Q, K, V)",
+    cost=_gemm_multi_cost, receptive=RF_LAST_AXIS, classes=frozenset({"fused", "linear", "learned"}), depth=1,
+    na={"grad": GRAD_FUSED},
 ))
 
 
@@ -85,7 +149,10 @@ def _heads_infer(a, ts):
 
 
 register(OpDef("rope", ("x",), (Attr("theta", "float", None, doc="default 10000"),), _heads_infer,
-               doc="rotary position embedding on [B, H, T, hd], rotate-half pairing"))
+               doc="rotary position embedding on [B, H, T, hd], rotate-half pairing",
+               cost=per_element("elementwise", 3),  # x·cos + rotate(x)·sin
+               receptive=rf_reset("sequence positions"), classes=frozenset({"primitive", "position"}),
+               na={"grad": GRAD_LATER}))
 
 
 def _mask_infer(a, ts):
@@ -97,7 +164,8 @@ def _mask_infer(a, ts):
 WINDOW = Attr("window", "posint", None, doc="sliding window: query i also loses keys j <= i − window")
 
 register(OpDef("causal_mask", ("x",), (WINDOW,), _mask_infer,
-               doc="scores with key j > query i (or j <= i − window) set to −∞ (top-left aligned)"))
+               doc="scores with key j > query i (or j <= i − window) set to −∞ (top-left aligned)",
+               cost=free, receptive=RF_POINTWISE, classes=_PRIMITIVE, vjp=vjp_causal_mask))
 
 
 def _sdpa_infer(a, ts):
@@ -128,6 +196,8 @@ register(OpDef(
     (Attr("scale", "float"), Attr("causal", "bool", False), WINDOW),
     _sdpa_infer,
     doc="fused attention core softmax(q·kᵀ·scale [+ bias] [causal])·v; GQA by head index, no n×n buffer",
+    cost=_sdpa_cost, receptive=rf_reset("mixes every position it attends to"),
+    classes=frozenset({"fused", "attention"}), na={"grad": GRAD_FUSED},
 ))
 
 
@@ -155,4 +225,6 @@ register(OpDef(
      Attr("affine", "bool", True), Attr("bias", "bool", True)),
     _add_norm_infer, _add_norm_params, results=("sum", "norm"),
     doc="s = x + r and norm(s) in one pass over memory; yields both (the residual stream and its norm)",
+    cost=_add_norm_cost, init=lambda a: {"gain": "ones", "bias": "zeros"}, receptive=RF_LAST_AXIS,
+    classes=frozenset({"fused", "norm", "residual"}), na={"grad": GRAD_FUSED},
 ))

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from irc.dims import Dim, Sym, dim_floordiv, prod
 from irc.ops.common import need_rank, norm_axis, same_dim
-from irc.ops.registry import Attr, OpDef, ShapeError, register
+from irc.ops.cost import free
+from irc.ops.registry import RF_PERMUTE, RF_POINTWISE, Attr, OpDef, ShapeError, register, rf_along, rf_reset
+from irc.ops.vjps import GRAD_LATER, vjp_reshape, vjp_transpose
+
+_AXIS = rf_along(lambda a, rank: a["axis"])  # keeps the field unless the axis is a spatial one
+_MOVES = frozenset({"data_movement"})
+_VIEW = frozenset({"data_movement", "view"})  # the result re-views its input's buffer
 
 
 def _flatten(a, ts):
@@ -18,7 +24,8 @@ def _flatten(a, ts):
 
 
 register(OpDef("flatten", ("x",), (Attr("start", "int", 1), Attr("end", "int", -1)), _flatten,
-               doc="merge axes start..end into one"))
+               doc="merge axes start..end into one", cost=free, classes=_VIEW,
+               receptive=rf_reset("merges axes (tracked no further)"), vjp=vjp_reshape))
 
 
 def _reshape(a, ts):
@@ -48,7 +55,8 @@ def _fmt(shape) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-register(OpDef("reshape", ("x",), (Attr("shape", "dims"),), _reshape, doc="same elements, new shape (one -1 allowed)"))
+register(OpDef("reshape", ("x",), (Attr("shape", "dims"),), _reshape, doc="same elements, new shape (one -1 allowed)",
+               cost=free, classes=_VIEW, receptive=rf_reset("regroups axes (tracked no further)"), vjp=vjp_reshape))
 
 
 def _transpose(a, ts):
@@ -60,7 +68,7 @@ def _transpose(a, ts):
 
 
 register(OpDef("transpose", ("x",), (Attr("perm", "ints"),), _transpose, aliases=("permute",),
-               doc="permute axes"))
+               doc="permute axes", cost=free, classes=_VIEW, receptive=RF_PERMUTE, vjp=vjp_transpose))
 
 
 def _concat(a, ts):
@@ -82,7 +90,7 @@ def _concat(a, ts):
 
 
 register(OpDef("concat", ("xs*",), (Attr("axis", "int", -1),), _concat, aliases=("cat",),
-               doc="join tensors along an axis"))
+               doc="join tensors along an axis", cost=free, classes=_MOVES, receptive=_AXIS, na={"grad": GRAD_LATER}))
 
 
 def _split_sizes(a, size: Dim) -> list[Dim]:
@@ -111,7 +119,8 @@ MAX_SPLIT = 4096  # results are named one by one; a typo such as split(x, 10**9)
 
 
 register(OpDef("split", ("x",), (Attr("parts", "int_or_ints", most=MAX_SPLIT), Attr("axis", "int", -1)), _split,
-               results=_split_results, doc="split into equal parts or given sizes"))
+               results=_split_results, doc="split into equal parts or given sizes", cost=free, classes=_VIEW,
+               receptive=_AXIS, na={"grad": GRAD_LATER}))
 
 
 def _select(a, ts):
@@ -125,7 +134,8 @@ def _select(a, ts):
 
 
 register(OpDef("select", ("x",), (Attr("axis", "int"), Attr("index", "int")), _select,
-               doc="take one index along an axis and drop it (x[:, 0] is select(x, axis=1, index=0))"))
+               doc="take one index along an axis and drop it (x[:, 0] is select(x, axis=1, index=0))",
+               cost=free, classes=_VIEW, receptive=_AXIS, na={"grad": GRAD_LATER}))
 
 
 def _slice(a, ts):
@@ -146,13 +156,52 @@ def _slice(a, ts):
 
 
 register(OpDef("slice", ("x",), (Attr("axis", "int"), Attr("start", "int", 0), Attr("end", "int", None)), _slice,
-               doc="x[start:end] along an axis (Python semantics; end defaults to the end)"))
+               doc="x[start:end] along an axis (Python semantics; end defaults to the end)",
+               cost=free, classes=_VIEW, receptive=_AXIS, na={"grad": GRAD_LATER}))
+
+
+def _expand_axis(i: int, lead: int, size: Dim | None, want: Dim) -> tuple[Dim | None, str]:
+    """The size of result axis ``i`` (``size`` is the input's, None for a new leading axis) and,
+    when the broadcast is impossible, why."""
+    if size is None:
+        return (None, f"axis {i} is new, so -1 has no size to keep there; give its size") if want == -1 else (want, "")
+    if want == -1 or want == size:
+        return size, ""
+    if size == 1:
+        return want, ""
+    return None, (f"the input's axis {i - lead} has size {size}, which cannot become {want}: only a size of 1 "
+                  f"broadcasts (keep it with {size} or -1)")
+
+
+def _expand(a, ts):
+    (x,) = ts
+    shape = list(a["shape"])
+    lead = len(shape) - x.rank
+    out: list[Dim] = []
+    why = f"the shape has {len(shape)} axes, fewer than the input's {x.rank}" if lead < 0 else ""
+    for i, want in enumerate(shape if lead >= 0 else []):
+        size, why = _expand_axis(i, lead, x.shape[i - lead] if i >= lead else None, want)
+        if why:
+            break
+        out.append(size)
+    if why:
+        raise ShapeError(f"cannot expand {x} to {_fmt(shape)}: {why}")
+    return [x.with_shape(tuple(out))]
+
+
+register(OpDef("expand", ("x",), (Attr("shape", "dims"),), _expand, aliases=("broadcast_to",),
+               doc="broadcast to a shape (torch.Tensor.expand): axes of size 1 repeat, -1 keeps a size, new axes "
+                   "may lead",
+               cost=free, classes=_MOVES, receptive=RF_POINTWISE, na={"grad": GRAD_LATER}))
 
 
 def _input(a, ts):
     raise AssertionError("input types are set by the frontend")
 
 
-register(OpDef("input", (), (), _input,
-               doc="a model input"))
+register(OpDef("input", (), (), _input, doc="a model input", cost=free, classes=frozenset({"input"}),
+               receptive=rf_reset("an untracked input: r = j = 1 where a window first reads it"),
+               na={**{col: "an input is the array the caller passes, bound by each driver: nothing to compute"
+                   for col in ("numpy", "cpu", "cuda", "torch_oracle")},
+                   "grad": "a graph input: the grad pass names its gradient grad.<input>, nothing to differentiate"}))
 _ = need_rank
