@@ -14,7 +14,7 @@ from irc.graph import Node
 from irc.types import TensorType
 
 if TYPE_CHECKING:
-    from irc.backends.cpu.module import Kernel, ModuleParts
+    from irc.backends.common.kernel import Kernel, ModuleParts
 
 
 @dataclass

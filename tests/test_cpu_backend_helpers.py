@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from backend_cases import build, random_inputs, random_weights, reference
 
-__all__ = ["TOLERANCE", "assert_matches", "build", "cpu_cache", "random_inputs", "random_weights", "reference",
-           "rel_error"]
+__all__ = ["TINY", "TOLERANCE", "assert_matches", "build", "cpu_cache", "random_inputs", "random_weights",
+           "reference", "rel_error", "tiny_case"]
 
 TOLERANCE = 2e-5  # normwise: max |cpu - ref| / max |ref|, float32 kernels against a float64 reference
 
@@ -37,3 +37,18 @@ def assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], tol:
 def cpu_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache directory for the whole session, so a graph compiled twice compiles once."""
     return tmp_path_factory.getbasetemp() / "irc-cpu-cache"
+
+
+# the cache tests' model: two cheap kernels, a linear layer and a ReLU
+TINY = """
+model tiny(B) {
+  input x: f32[B, 6]
+  output y = relu(linear(x, 5))
+}
+"""
+
+
+def tiny_case() -> tuple:
+    """(graph, weights, inputs) of TINY at B = 3."""
+    graph = build(TINY, B=3)
+    return graph, random_weights(graph), random_inputs(graph)

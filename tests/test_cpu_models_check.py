@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_fusion import SMALL
+from test_fusion import SMALL as _SMALL
+from test_zoo_vision import SMALL as _VISION
 
 ROOT = Path(__file__).resolve().parents[1]
+# the vision zoo's small bindings live with its torch oracles (tests/test_zoo_vision.py): the same graphs
+SMALL = {**_SMALL, **_VISION}
 MODELS = sorted(p.stem for p in (ROOT / "models").glob("*.arch"))
 
 

@@ -89,8 +89,8 @@ def loop(x, out):
 @pytest.mark.parametrize("name", ["fexp", "ftanh", "ferf"])
 def test_fast_math_functions(name):
     """The vectorising exp/tanh/erf against math's, over the float32 range, with inf and NaN."""
+    from irc.backends.common.kernel import ModuleParts
     from irc.backends.cpu.emit import HEAD
-    from irc.backends.cpu.module import ModuleParts
     from irc.backends.cpu.render import mathfns
 
     parts = ModuleParts()

@@ -10,15 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from irc.backends.cpu.cache import (
-    HEADER_LINES,
-    cache_key,
-    entry_lock,
-    entry_path,
-    prepare_dir,
-    read_entry,
-    write_entry,
-)
+from irc.backends.common.cache import HEADER_LINES, cache_key, default_cache_dir, header, prepare_dir
+from irc.backends.common.compiled import CompiledModule, cached_build
 from irc.backends.cpu.emit import BACKEND_VERSION, emit_module
 from irc.backends.cpu.kernel_library import KernelLibrary, kernel_texts
 from irc.backends.cpu.loader import LoadStats, Progress, load
@@ -26,10 +19,8 @@ from irc.backends.cpu.threads import configured_threads, single_pool
 from irc.diagnostics import IrcError
 from irc.graph import Graph
 
-INT_DTYPES = ("i64", "i32", "i8", "int8")
 
-
-class CompiledGraph:
+class CompiledGraph(CompiledModule):
     """A graph's generated module, imported and compiled: ``run(weights, inputs)``.
 
     Weights the graph derives (merged Q/K/V and gate/up matrices) are computed on the first
@@ -39,21 +30,11 @@ class CompiledGraph:
 
     def __init__(self, module: ModuleType, path: Path, key: str, source: str, stats: LoadStats, rebuilt: bool,
                  graph: Graph | None = None, steps: dict[int, int] | None = None):
-        self.module = module
-        self.path = path
-        self.key = key
-        self.source = source
-        self.stats = stats
-        self.rebuilt = rebuilt  # the cached source was missing or invalid and was written
+        super().__init__(module, path, key, source, stats, rebuilt)
         self.graph = graph
         self.steps = steps or {}  # driver line -> node index, for the profile
-        self.profile: dict[str, float] | None = None  # set to {} to collect seconds per op
         self.node_profile: dict[int, float] | None = None  # seconds per node index, with profile
         self._prepared: tuple[tuple[int, ...], list[Any], dict[str, np.ndarray]] | None = None
-
-    @property
-    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
-        return dict(self.module.WEIGHTS)
 
     def forget_weights(self) -> None:
         """Drop the converted and derived weights kept from the last run."""
@@ -117,61 +98,24 @@ class CompiledGraph:
                 op = nodes[i].op if 0 <= i < len(nodes) else "driver"  # setup and return lines
                 profile[op] = profile.get(op, 0.0) + sec
 
-    def _weights(self, weights: dict[str, Any]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        for key, shape in self.module.WEIGHTS:
-            if key not in weights:
-                raise IrcError(f"missing weight '{key}' (expected shape {list(shape)})")
-            arr = np.asarray(weights[key])
-            if tuple(arr.shape) != tuple(shape):
-                raise IrcError(f"weight '{key}' has shape {list(arr.shape)}, the model expects {list(shape)}")
-            if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-                raise IrcError(f"weight '{key}' holds {arr.dtype}, not numbers")
-            out[key] = _writeable(np.ascontiguousarray(arr, dtype=np.float32))
-        return out
-
-    def _inputs(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
-        specs = {name: (dtype, shape) for name, dtype, shape in self.module.INPUTS}
-        for name in inputs:
-            if name not in specs:
-                raise IrcError(f"unknown input '{name}' (the model's inputs: {', '.join(specs) or 'none'})")
-        out: dict[str, np.ndarray] = {}
-        for name, (dtype, shape) in specs.items():
-            if name not in inputs:
-                raise IrcError(f"missing input '{name}' ({dtype}[{','.join(str(d) for d in shape)}])")
-            arr = np.asarray(inputs[name])
-            if tuple(arr.shape) != tuple(shape):
-                raise IrcError(f"input '{name}' has shape {list(arr.shape)}, the model expects {list(shape)}")
-            if dtype in INT_DTYPES and not np.issubdtype(arr.dtype, np.integer):
-                raise IrcError(f"input '{name}' must hold integers ({dtype}), got {arr.dtype}")
-            if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-                raise IrcError(f"input '{name}' holds {arr.dtype}, not numbers")
-            out[name] = _writeable(arr)
-        return out
-
-
-def _writeable(arr: np.ndarray) -> np.ndarray:
-    """Numba types read-only arrays apart, and kernels are compiled for writeable ones only."""
-    return arr if arr.flags.writeable else arr.copy()
-
 
 def compile_graph(graph: Graph, cache_dir: str | Path | None = None,
                   progress: Progress | None = None) -> CompiledGraph:
     """Generate (or find in the cache) the graph's module, import it and compile its kernels.
 
-    ``progress(done, total, kernel)`` is called before each kernel and once at the end.
+    ``progress(done, total, kernel)`` is called before each kernel and once at the end. When
+    the cache cannot be written (a full disk) the graph is compiled in a fresh private folder
+    for this run, with a note.
     """
-    from irc.backends.cpu.cache import default_cache_dir
-
     source, steps, parts = emit_module(graph)
-    key = cache_key(graph, BACKEND_VERSION)
-    directory = prepare_dir(Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    path = entry_path(directory, key)
-    library = KernelLibrary(directory, kernel_texts(parts))
-    with entry_lock(directory, key):
-        rebuilt = read_entry(path, key) != source  # missing, corrupted or not what we would write
-        if rebuilt:
-            write_entry(path, key, source)
-        module, stats = load(path, key, progress, library)
+    key = cache_key(graph, "cpu", BACKEND_VERSION)
+    directory = prepare_dir(Path(cache_dir) if cache_dir is not None else default_cache_dir("cpu"))
+    texts = kernel_texts(parts)
+    text = header(key, source) + source
     steps = {line + HEADER_LINES: node for line, node in steps.items()}  # the file starts with the cache header
-    return CompiledGraph(module, path, key, source, stats, rebuilt, graph, steps)
+
+    def build(folder: Path, path: Path, rebuilt: bool) -> CompiledGraph:
+        module, stats = load(path, key, text, progress, KernelLibrary(folder, texts))
+        return CompiledGraph(module, path, key, source, stats, rebuilt, graph, steps)
+
+    return cached_build(directory, key, source, build)

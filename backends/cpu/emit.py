@@ -7,8 +7,9 @@ model file becomes code (see :mod:`irc.backends.literals`).
 
 from __future__ import annotations
 
-from irc.backends.cpu.layout import wrap_call
-from irc.backends.cpu.module import INPUT_ERROR, ModuleParts, signature_tables
+from irc.backends.common.kernel import ModuleParts
+from irc.backends.common.layout import wrap_call
+from irc.backends.common.module_text import INPUT_ERROR, signature_tables
 from irc.backends.cpu.render import RENDERERS, NodeCtx
 from irc.backends.cpu.render.context import np_dtype
 from irc.backends.cpu.schedule import Schedule

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from irc.analysis.memory import ALIASES
-from irc.backends.cpu.module import ModuleParts
+from irc.backends.common.kernel import ModuleParts
 from irc.backends.literals import shape_literal
 from irc.graph import Graph
 

@@ -8,7 +8,6 @@ its outputs out.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from types import ModuleType
@@ -16,34 +15,28 @@ from typing import Any
 
 import numpy as np
 
-from irc.backends.cpu.cache import default_cache_dir as cpu_cache_dir
-from irc.backends.cpu.cache import entry_lock, entry_path, prepare_dir, read_entry, write_entry
-from irc.backends.cpu.compiled import CompiledGraph as CpuCompiledGraph
+from irc.backends.common.cache import cache_key, header, prepare_dir
+from irc.backends.common.cache import default_cache_dir as cache_dir_of
+from irc.backends.common.compiled import CompiledModule, cached_build
 from irc.backends.cuda.device import device_name, is_simulator, reduction_path, require_device
 from irc.backends.cuda.emit import BACKEND_VERSION, emit_fused, fuse
 from irc.backends.cuda.loader import LoadStats, Progress, load
 from irc.diagnostics import IrcError
 from irc.graph import Graph
-from irc.printer import print_graph
 
 
 def default_cache_dir() -> Path:
-    return cpu_cache_dir().parent / "cuda"  # $IRC_CACHE_DIR/cuda or ~/.cache/irc/cuda
+    return cache_dir_of("cuda")  # $IRC_CACHE_DIR/cuda or ~/.cache/irc/cuda
 
 
-def cache_key(graph: Graph) -> str:
-    text = f"irc cuda backend v{BACKEND_VERSION}\n" + print_graph(graph, with_loc=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class CompiledGraph(CpuCompiledGraph):
+class CompiledGraph(CompiledModule):
     """A graph's generated CUDA module, imported and compiled: ``run(weights, inputs)``.
 
-    Weight and input checks are the CPU backend's (same tables in the module)."""
+    Weight and input checks are those of every generated module (same tables in the module)."""
 
     def __init__(self, module: ModuleType, path: Path, key: str, source: str, stats: LoadStats,
                  rebuilt: bool, reduction: str, cuda: ModuleType):
-        super().__init__(module, path, key, source, stats, rebuilt)  # type: ignore[arg-type]
+        super().__init__(module, path, key, source, stats, rebuilt)
         self.reduction = reduction  # "shuffle" (warp shuffles) or "shared" (shared-memory tree)
         self.cuda = cuda
         self.simulator = is_simulator(cuda)
@@ -146,12 +139,12 @@ def compile_graph(graph: Graph, cache_dir: str | Path | None = None, progress: P
     path_name = reduction or reduction_path(cuda)
     fused = fuse(graph)
     source = emit_fused(fused)
-    key = cache_key(fused)
+    key = cache_key(fused, "cuda", BACKEND_VERSION)
     directory = prepare_dir(Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    path = entry_path(directory, key)
-    with entry_lock(directory, key):
-        rebuilt = read_entry(path, key) != source
-        if rebuilt:
-            write_entry(path, key, source)
-        module, stats = load(path, key, path_name, is_simulator(cuda), progress)
-    return CompiledGraph(module, path, key, source, stats, rebuilt, path_name, cuda)
+    text = header(key, source) + source
+
+    def build(folder: Path, path: Path, rebuilt: bool) -> CompiledGraph:
+        module, stats = load(path, key, text, path_name, is_simulator(cuda), progress)
+        return CompiledGraph(module, path, key, source, stats, rebuilt, path_name, cuda)
+
+    return cached_build(directory, key, source, build)

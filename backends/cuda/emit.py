@@ -9,8 +9,8 @@ may hand in the graph as built.
 
 from __future__ import annotations
 
-from irc.backends.cpu.layout import wrap_call
-from irc.backends.cpu.module import BAD_TOKEN_ID, INPUT_ERROR, signature_tables
+from irc.backends.common.layout import wrap_call
+from irc.backends.common.module_text import BAD_TOKEN_ID, INPUT_ERROR, signature_tables
 from irc.backends.cuda.module import CudaParts
 from irc.backends.cuda.plan import DTYPES
 from irc.backends.cuda.render import RENDERERS

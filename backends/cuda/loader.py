@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from irc.backends.cpu.loader import Progress, import_and_compile
-from irc.backends.cpu.loader import import_module as import_generated
+from irc.backends.common.loader import Progress, import_and_compile
+from irc.backends.common.loader import import_module as import_generated
 from irc.backends.cuda.module import PATHS
 
 PREFIX = "irc_cuda"  # sys.modules names of the generated modules: irc_cuda_<key>
@@ -27,8 +27,8 @@ class LoadStats:
     retried: bool = False  # numba's cache was unreadable and was cleared once
 
 
-def import_module(path: Path, key: str) -> ModuleType:
-    return import_generated(path, key, PREFIX)
+def import_module(path: Path, key: str, text: str) -> ModuleType:
+    return import_generated(path, key, PREFIX, text)
 
 
 def kernels_for(module: ModuleType, path: str) -> list[tuple[str, str]]:
@@ -54,9 +54,10 @@ def _compile_all(module: ModuleType, path: str, simulator: bool, progress: Progr
         progress(len(todo), len(todo), "done")
 
 
-def load(path: Path, key: str, reduction: str, simulator: bool,
+def load(path: Path, key: str, text: str, reduction: str, simulator: bool,
          progress: Progress | None = None) -> tuple[ModuleType, LoadStats]:
-    """Import and compile; if numba's cache for this module is unreadable, clear it and retry once."""
+    """Run ``text`` (the checked contents of ``path``), bind the reduction path and compile the
+    kernels; if numba's cache for this module is unreadable, clear it and retry once."""
     start = time.perf_counter()
 
     def compile_all(module: ModuleType, retried: bool) -> LoadStats:
@@ -64,6 +65,6 @@ def load(path: Path, key: str, reduction: str, simulator: bool,
         _compile_all(module, reduction, simulator, progress, stats)
         return stats
 
-    module, stats = import_and_compile(path, key, PREFIX, compile_all)
+    module, stats = import_and_compile(path, key, PREFIX, text, compile_all)
     stats.seconds = time.perf_counter() - start
     return module, stats

@@ -1,6 +1,6 @@
 """The pieces of one generated CUDA module: kernels, the weight preparation, and the driver.
 
-Kernels reuse the CPU backend's :class:`Kernel` record (name, source, argument kinds); a
+Kernels are the shared :class:`~irc.backends.common.kernel.Kernel` record (name, source, argument kinds); a
 kernel that reduces across a thread block comes in two variants, ``<name>__shuffle`` (warp
 shuffles, for GPUs) and ``<name>__shared`` (a shared-memory tree, which numba's simulator can
 run), and the module binds ``<name>`` to one of them when it is loaded.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from irc.backends.cpu.module import Kernel, ModuleParts
+from irc.backends.common.kernel import Kernel, ModuleParts
 from irc.backends.cuda.plan import Plan
 from irc.backends.literals import check_identifier, str_literal
 

@@ -7,12 +7,22 @@ so a kernel can be launched with any sizes, layouts and dtypes its caller choose
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 from pathlib import Path
 from types import ModuleType
 
-from irc.backends.cpu.cache import entry_lock, entry_path, prepare_dir, read_entry, write_entry
-from irc.backends.cpu.module import Kernel
+from irc.backends.common import manifest
+from irc.backends.common.cache import (
+    entry_lock,
+    entry_path,
+    header,
+    prepare_dir,
+    private_subdir,
+    read_entry,
+    write_entry,
+)
+from irc.backends.common.kernel import Kernel
 from irc.backends.cuda.compiled import default_cache_dir
 from irc.backends.cuda.device import require_device
 from irc.backends.cuda.emit import BACKEND_VERSION
@@ -41,9 +51,17 @@ def load_kernels(kernels: list[Kernel], cache_dir: str | Path | None = None) -> 
     source = module_source(kernels)
     key = hashlib.sha256(source.encode("utf-8")).hexdigest()
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    directory = prepare_dir(base / "standalone")
+    directory = private_subdir(prepare_dir(base) / "standalone")
     path = entry_path(directory, key)
     with entry_lock(directory, key):
         if read_entry(path, key) != source:
             write_entry(path, key, source)
-        return import_module(path, key)
+        manifest.verify(path)
+        module = import_module(path, key, header(key, source) + source)
+    atexit.register(_seal, directory, key, path)  # kernels compile at their first launch, so seal at exit
+    return module
+
+
+def _seal(directory: Path, key: str, path: Path) -> None:
+    with entry_lock(directory, key):
+        manifest.seal(path)

@@ -9,6 +9,7 @@ import numpy as np
 from irc.backends.numpy_ref.dense import affine
 from irc.backends.numpy_ref.elementwise import softmax
 from irc.graph import Node
+from irc.ops.attention import kv_heads, rel_max_distance, rope_theta, score_scale
 
 
 def hidden_keys(t: int, s: int, window: int | None = None) -> np.ndarray:
@@ -32,8 +33,7 @@ def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False, scal
     if groups != heads:
         k = np.repeat(k, heads // groups, axis=1)
         v = np.repeat(v, heads // groups, axis=1)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = score_scale({"scale": scale}, q.shape[-1])  # None: the layer's default
     scores = (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(scale)
     if bias is not None:
         scores = scores + bias
@@ -96,19 +96,19 @@ def attention(node: Node, args, w):
     x = args[0]
     kv = args[1] if len(args) > 1 else x
     heads = a["heads"]
-    groups = a.get("kv_heads") or heads
+    groups = kv_heads(a)
     q = _heads(affine(x, w["wq"], w.get("bq")), heads)
     k = _heads(affine(kv, w["wk"], w.get("bk")), groups)
     v = _heads(affine(kv, w["wv"], w.get("bv")), groups)
     if a.get("rope"):
-        theta = a.get("rope_theta") or 10000.0
+        theta = rope_theta(a)
         q, k = rope(q, theta), rope(k, theta)
     bias = _bias_4d(args[2]) if len(args) > 2 else None
     if a.get("rel_buckets") is not None:
-        table = rel_bias(w["rel_bias"], q.shape[2], k.shape[2], a["rel_buckets"], a.get("rel_max_distance") or 128,
+        table = rel_bias(w["rel_bias"], q.shape[2], k.shape[2], a["rel_buckets"], rel_max_distance(a),
                          bidirectional=not a.get("causal"))
         bias = table if bias is None else bias + table
-    out = sdpa(q, k, v, bool(a.get("causal")), a.get("scale"), bias, a.get("window"))
+    out = sdpa(q, k, v, bool(a.get("causal")), score_scale(a, q.shape[-1]), bias, a.get("window"))
     b, _, t, _ = out.shape
     out = out.transpose(0, 2, 1, 3).reshape(b, t, -1)
     return affine(out, w["wo"], w.get("bo"))

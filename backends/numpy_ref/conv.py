@@ -115,9 +115,42 @@ def adaptive_avgpool2d(x: np.ndarray, size) -> np.ndarray:
     return y
 
 
+
+def conv_transpose(x: np.ndarray, weight: np.ndarray, bias, stride, padding, output_padding, dilation,
+                   groups: int) -> np.ndarray:
+    """torch.nn.functional.conv_transpose{1,2}d, weight [in, out/groups, k...]: each input element
+    scatters ``x · w[c, o, tap]`` to position ``i·stride + tap·dilation`` of a full output, whose
+    first ``padding`` and last ``padding − output_padding`` positions are then cut off."""
+    nd = x.ndim - 2
+    kernel = weight.shape[2:]
+    stride, padding, dilation = _tuple(stride, nd), _tuple(padding, nd), _tuple(dilation, nd)
+    extra = _tuple(output_padding, nd)
+    b, c = x.shape[:2]
+    cg, og = c // groups, weight.shape[1]
+    size = x.shape[2:]
+    full = [(n - 1) * s + d * (k - 1) + 1 + e for n, s, d, k, e in zip(size, stride, dilation, kernel, extra)]
+    y = np.zeros((b, groups * og, *full), dtype=x.dtype)
+    for g in range(groups):
+        xg, wg = x[:, g * cg:(g + 1) * cg], weight[g * cg:(g + 1) * cg]
+        for tap in itertools.product(*(range(k) for k in kernel)):
+            index = tuple(slice(t * d, t * d + s * (n - 1) + 1, s) for t, d, s, n in zip(tap, dilation, stride, size))
+            part = np.einsum("bc...,co->bo...", xg, wg[(slice(None), slice(None)) + tap])
+            y[(slice(None), slice(g * og, (g + 1) * og)) + index] += part
+    crop = tuple(slice(p, f - p) for p, f in zip(padding, full))
+    y = y[(slice(None), slice(None)) + crop]
+    return y if bias is None else y + bias.reshape((1, -1) + (1,) * nd)
+
+
+def _conv_transpose_op(node: Node, args, w):
+    a = node.attrs
+    return conv_transpose(args[0], w["weight"], w.get("bias"), a["stride"], a["padding"], a["output_padding"],
+                          a["dilation"], a["groups"])
+
 OPS = {
     "conv1d": _conv_op,
     "conv2d": _conv_op,
+    "conv_transpose1d": _conv_transpose_op,
+    "conv_transpose2d": _conv_transpose_op,
     "maxpool1d": lambda node, args, w: maxpool(args[0], node.attrs),
     "maxpool2d": lambda node, args, w: maxpool(args[0], node.attrs),
     "avgpool1d": lambda node, args, w: avgpool(args[0], node.attrs),

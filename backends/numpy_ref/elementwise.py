@@ -43,6 +43,43 @@ def leaky_relu(x: np.ndarray, slope: float) -> np.ndarray:
     return np.where(x >= 0, x, x.dtype.type(slope) * x)
 
 
+def relu6(x: np.ndarray) -> np.ndarray:
+    return np.minimum(np.maximum(x, 0), 6).astype(x.dtype)
+
+
+def clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
+    """min(max(x, lo), hi), a bound of None left out; NaN stays NaN (np.maximum/np.minimum propagate it)."""
+    if lo is not None:
+        x = np.maximum(x, x.dtype.type(lo))
+    if hi is not None:
+        x = np.minimum(x, x.dtype.type(hi))
+    return x
+
+
+def hardsigmoid(x: np.ndarray) -> np.ndarray:
+    """relu6(x + 3)/6 (PyTorch's: 0 below −3, 1 above 3, linear between)."""
+    return relu6(x + x.dtype.type(3)) / x.dtype.type(6)
+
+
+def hardswish(x: np.ndarray) -> np.ndarray:
+    """x·relu6(x + 3)/6 (PyTorch's, MobileNetV3's)."""
+    return x * hardsigmoid(x)
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0, x).astype(x.dtype)  # log(1 + e^x) without overflow
+
+
+def mish(x: np.ndarray) -> np.ndarray:
+    """x·tanh(softplus(x))."""
+    return x * np.tanh(softplus(x))
+
+
+def elu(x: np.ndarray, alpha: float) -> np.ndarray:
+    """x for x > 0, alpha·(e^x − 1) otherwise (expm1: exact near 0)."""
+    return np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(np.minimum(x, 0))).astype(x.dtype)
+
+
 # the activation names `ffn(act=...)` accepts
 ACT = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "tanh": np.tanh}
 
@@ -84,6 +121,15 @@ OPS = {
     "tanh": lambda node, args, w: np.tanh(args[0]),
     "sigmoid": lambda node, args, w: sigmoid(args[0]),
     "abs": lambda node, args, w: np.abs(args[0]),
+    "relu6": lambda node, args, w: relu6(args[0]),
+    "hardtanh": lambda node, args, w: clamp(args[0], node.attrs["min"], node.attrs["max"]),
+    "clamp": lambda node, args, w: clamp(args[0], node.attrs["min"], node.attrs["max"]),
+    "hardswish": lambda node, args, w: hardswish(args[0]),
+    "hardsigmoid": lambda node, args, w: hardsigmoid(args[0]),
+    "mish": lambda node, args, w: mish(args[0]),
+    "elu": lambda node, args, w: elu(args[0], node.attrs["alpha"]),
+    "maximum": lambda node, args, w: np.maximum(args[0], args[1]),
+    "minimum": lambda node, args, w: np.minimum(args[0], args[1]),
     "identity": lambda node, args, w: args[0],
     "dropout": lambda node, args, w: args[0],  # inference: the identity
     "softmax": lambda node, args, w: softmax(args[0], node.attrs.get("axis", -1)),

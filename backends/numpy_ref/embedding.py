@@ -34,11 +34,22 @@ def sinusoidal(length: int, width: int, dtype) -> np.ndarray:
     return p.astype(dtype)
 
 
+def sinusoidal_concat(length: int, width: int, dtype) -> np.ndarray:
+    """Whisper's (and tensor2tensor's) [sin | cos]: P[p, i] = sin(p·e^(−i·log(10000)/(D/2 − 1))),
+    P[p, D/2 + i] = cos(the same angle), i < D/2; in float64 then cast."""
+    half = width // 2
+    inv = np.exp(-np.log(10000.0) / (half - 1) * np.arange(half, dtype=np.float64))
+    angle = np.arange(length, dtype=np.float64)[:, None] * inv[None, :]
+    return np.concatenate([np.sin(angle), np.cos(angle)], axis=1).astype(dtype)
+
+
 def positional(node: Node, args, w):
     x = args[0]
     t = x.shape[1]
     if node.attrs.get("kind") == "learned":
         return x + w["weight"][:t]
+    if node.attrs.get("layout") == "concat":
+        return x + sinusoidal_concat(t, x.shape[2], x.dtype)
     return x + sinusoidal(t, x.shape[2], x.dtype)
 
 

@@ -7,7 +7,22 @@ from typing import Any
 
 import numpy as np
 
-from irc.backends.numpy_ref import attention, conv, dense, elementwise, embedding, norm, primitives, recurrent, shape
+from irc.backends.numpy_ref import (
+    attention,
+    conv,
+    decode,
+    dense,
+    elementwise,
+    embedding,
+    grad,
+    grad_layers,
+    losses,
+    norm,
+    primitives,
+    recurrent,
+    resample,
+    shape,
+)
 from irc.diagnostics import IrcError
 from irc.graph import Graph, Node
 from irc.ops import canonical_name
@@ -17,7 +32,8 @@ OpFn = Any  # (node, args, weights) -> array | tuple of arrays
 
 OPS: dict[str, OpFn] = {
     **dense.OPS, **conv.OPS, **recurrent.OPS, **attention.OPS, **norm.OPS,
-    **elementwise.OPS, **embedding.OPS, **shape.OPS, **primitives.OPS,
+    **elementwise.OPS, **embedding.OPS, **shape.OPS, **primitives.OPS, **resample.OPS,
+    **grad.OPS, **grad_layers.OPS, **losses.OPS, **decode.OPS,
 }
 
 

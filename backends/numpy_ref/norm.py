@@ -1,17 +1,20 @@
-"""LayerNorm and RMSNorm (over the last axis, per token) and BatchNorm (per channel)."""
+"""LayerNorm (over the last axis, per token, or any one axis) and RMSNorm, GroupNorm and InstanceNorm (per
+sample), BatchNorm (per channel)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 
-def layernorm(x: np.ndarray, gain=None, bias=None, eps: float = 1e-5) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)  # biased, as PyTorch
+def layernorm(x: np.ndarray, gain=None, bias=None, eps: float = 1e-5, axis: int = -1) -> np.ndarray:
+    """Over ``axis`` (the last by default; 1 is ConvNeXt's channels-first LayerNorm), gain and bias along it."""
+    axis = axis % x.ndim
+    mean = x.mean(axis=axis, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axis, keepdims=True)  # biased, as PyTorch
     y = (x - mean) / np.sqrt(var + x.dtype.type(eps))
     if gain is not None:
-        y = y * gain
-    return y if bias is None else y + bias
+        y = y * _along(gain, axis, x.ndim)
+    return y if bias is None else y + _along(bias, axis, x.ndim)
 
 
 def rmsnorm(x: np.ndarray, gain=None, eps: float = 1e-6) -> np.ndarray:
@@ -42,8 +45,30 @@ def batchnorm_train(x: np.ndarray, axis: int = 1, eps: float = 1e-5) -> np.ndarr
     return (x - mean) / np.sqrt(var + x.dtype.type(eps))
 
 
+def groupnorm(x: np.ndarray, groups: int, gain=None, bias=None, eps: float = 1e-5) -> np.ndarray:
+    """nn.GroupNorm on [B, C, ...]: per sample, mean and biased variance over each group of C/groups channels
+    and every position, then gain and bias per channel. InstanceNorm is groups = C."""
+    b, c = x.shape[:2]
+    g = x.reshape(b, groups, -1)
+    mean = g.mean(axis=-1, keepdims=True)
+    var = ((g - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = ((g - mean) / np.sqrt(var + x.dtype.type(eps))).reshape(x.shape)
+    if gain is not None:
+        y = y * _along(gain, 1, x.ndim)
+    return y if bias is None else y + _along(bias, 1, x.ndim)
+
+
+def _layernorm_op(node, args, w):
+    axis = node.attrs.get("axis")
+    return layernorm(args[0], w.get("gain"), w.get("bias"), node.attrs.get("eps", 1e-5), -1 if axis is None else axis)
+
+
 OPS = {
-    "layernorm": lambda node, args, w: layernorm(args[0], w.get("gain"), w.get("bias"), node.attrs.get("eps", 1e-5)),
+    "layernorm": _layernorm_op,
+    "groupnorm": lambda node, args, w: groupnorm(args[0], node.attrs["groups"], w.get("gain"), w.get("bias"),
+                                                 node.attrs["eps"]),
+    "instancenorm": lambda node, args, w: groupnorm(args[0], args[0].shape[1], w.get("gain"), w.get("bias"),
+                                                    node.attrs["eps"]),
     "rmsnorm": lambda node, args, w: rmsnorm(args[0], w.get("gain"), node.attrs.get("eps", 1e-6)),
     "batchnorm": lambda node, args, w: batchnorm(args[0], w["running_mean"], w["running_var"], w["gain"], w["bias"],
                                                  node.attrs.get("axis", 1), node.attrs.get("eps", 1e-5)),

@@ -13,6 +13,7 @@ from irc.backends.numpy_ref.dense import affine
 from irc.backends.numpy_ref.elementwise import ACT
 from irc.backends.numpy_ref.norm import layernorm, rmsnorm
 from irc.graph import Node
+from irc.ops.attention import rope_theta
 
 
 def _act(name: str, x: np.ndarray) -> np.ndarray:
@@ -59,7 +60,7 @@ OPS = {
     "gemm": gemm,
     "gemm_glu": gemm_glu,
     "gemm_multi": gemm_multi,
-    "rope": lambda node, args, w: rope(args[0], node.attrs["theta"] or 10000.0),
+    "rope": lambda node, args, w: rope(args[0], rope_theta(node.attrs, key="theta")),
     "causal_mask": causal_mask,
     "sdpa": sdpa_op,
     "add_norm": add_norm,

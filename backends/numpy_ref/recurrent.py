@@ -10,6 +10,7 @@ import numpy as np
 
 from irc.backends.numpy_ref.elementwise import relu, sigmoid
 from irc.graph import Node
+from irc.ops.recurrent import directions, layer_suffix, num_layers, torch_layout
 
 
 def _input_proj(x: np.ndarray, w_ih: np.ndarray, bias) -> np.ndarray:
@@ -81,14 +82,53 @@ def gru_torch(x, w_ih, w_hh, b_ih, b_hh):
 
 
 def _gru(node: Node, args, w):
+    if torch_layout(node.attrs):
+        return stacked(node, args[0], w)
     if node.attrs.get("variant") == "torch":
         return gru_torch(args[0], w["weight_ih"], w["weight_hh"], w.get("bias_ih"), w.get("bias_hh"))
     return gru_chapter(args[0], w["weight_ih"], w["weight_hh"], w.get("bias"))
 
 
+def _one_pass(node: Node, x, w, sfx: str):
+    """One direction of one layer of PyTorch's layout: (sequence, h[, c])."""
+    w_ih, w_hh = w[f"weight_ih{sfx}"], w[f"weight_hh{sfx}"]
+    b_ih, b_hh = w.get(f"bias_ih{sfx}"), w.get(f"bias_hh{sfx}")
+    if node.op == "gru":
+        return gru_torch(x, w_ih, w_hh, b_ih, b_hh)
+    bias = None if b_ih is None else b_ih + b_hh  # the two only ever add (r acts inside a GRU only)
+    if node.op == "lstm":
+        return lstm(x, w_ih, w_hh, bias)
+    return rnn(x, w_ih, w_hh, bias, node.attrs.get("act", "tanh"))
+
+
+def stacked(node: Node, x, w):
+    """PyTorch's nn.RNN/LSTM/GRU (batch_first): layer by layer, each direction over the layer's
+    input (the reverse one over it read backwards, its sequence turned back), the directions
+    concatenated on features; dropout between layers is the identity at inference. Returns the
+    last layer's sequence and the final states [layers·dirs, B, H] (row layer·dirs + direction)."""
+    a = node.attrs
+    seq, finals = x, []
+    for layer in range(num_layers(a)):
+        outs = []
+        for d in range(directions(a)):
+            res = _one_pass(node, seq[:, ::-1] if d else seq, w, layer_suffix(layer, d))
+            outs.append(res[0][:, ::-1] if d else res[0])
+            finals.append(res[1:])
+        seq = np.ascontiguousarray(np.concatenate(outs, axis=-1))
+    states = [np.stack([f[i] for f in finals]) for i in range(len(finals[0]))]
+    return (seq, *states)
+
+
+def _layer(fn):
+    """The op's own function, or PyTorch's stacked layout when the node asks for it."""
+    def run(node: Node, args, w):
+        return stacked(node, args[0], w) if torch_layout(node.attrs) else fn(node, args, w)
+    return run
+
+
 OPS = {
-    "rnn": lambda node, args, w: rnn(args[0], w["weight_ih"], w["weight_hh"], w.get("bias"),
-                                     node.attrs.get("act", "tanh")),
-    "lstm": lambda node, args, w: lstm(args[0], w["weight_ih"], w["weight_hh"], w.get("bias")),
+    "rnn": _layer(lambda node, args, w: rnn(args[0], w["weight_ih"], w["weight_hh"], w.get("bias"),
+                                            node.attrs.get("act", "tanh"))),
+    "lstm": _layer(lambda node, args, w: lstm(args[0], w["weight_ih"], w["weight_hh"], w.get("bias"))),
     "gru": _gru,
 }

@@ -42,6 +42,11 @@ def slice_(node: Node, args, w):
     return x[tuple(index)]
 
 
+
+def expand(node: Node, args, w):
+    """Broadcast to the result's shape (a copy, so that later in-place work cannot alias it)."""
+    return np.broadcast_to(args[0], node.types[0].shape).copy()
+
 OPS = {
     "flatten": flatten,
     "reshape": lambda node, args, w: args[0].reshape(_result_shape(node, args[0])),
@@ -50,4 +55,5 @@ OPS = {
     "split": split,
     "select": select,
     "slice": slice_,
+    "expand": expand,
 }

@@ -13,6 +13,7 @@ from irc.backends.cpu.render import (
     gemm,
     norm,
     recurrent,
+    resample,
     sdpa,
     shape,
 )
@@ -21,7 +22,7 @@ from irc.backends.cpu.render.context import NodeCtx
 Renderer = Callable[[NodeCtx], None]
 
 RENDERERS: dict[str, Renderer] = {}
-for _family in (elementwise, dense, gemm, conv, norm, embedding, recurrent, attention, sdpa, shape):
+for _family in (elementwise, dense, gemm, conv, norm, embedding, recurrent, attention, sdpa, shape, resample):
     RENDERERS.update(_family.RENDERERS)
 
 __all__ = ["RENDERERS", "NodeCtx", "Renderer"]

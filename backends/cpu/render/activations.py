@@ -8,7 +8,7 @@ expression registers what it calls with :func:`act` (or :func:`register`).
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import ModuleParts
+from irc.backends.common.kernel import ModuleParts
 from irc.backends.cpu.render import mathfns
 
 ACT_EXPR: dict[str, str] = {

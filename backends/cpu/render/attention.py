@@ -10,12 +10,13 @@ own ``rel_buckets`` table); the fused graph runs the flash-style ``sdpa``.
 
 from __future__ import annotations
 
-import math
-
-from irc.backends.cpu.module import A1, A2, A3, A4, F32, F64, I2, I64, Kernel, jit
+from irc.backends.common.kernel import A1, A2, A3, A4, F32, F64, I2, I64, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.sdpa import window_arg
 from irc.backends.literals import f32_literal, float_literal, shape_literal
+from irc.ops.attention import kv_heads as attention_kv_heads
+from irc.ops.attention import rel_max_distance, rope_theta, score_scale
 
 JIT = jit()
 
@@ -168,10 +169,10 @@ def render_attention(ctx: NodeCtx) -> None:
     kv = ctx.args[1] if len(ctx.args) > 1 else x
     kvs = ctx.in_shape(1) if len(ctx.args) > 1 else xs
     heads = int(ctx.attr("heads"))
-    kv_heads = int(ctx.attr("kv_heads", heads))
+    kv_heads = int(attention_kv_heads(ctx.node.attrs))
     hd = ctx.weight_shape("wq")[0] // heads
-    scale = ctx.attr("scale", 1.0 / math.sqrt(hd))
-    theta = float(ctx.attr("rope_theta", 10000.0))
+    scale = score_scale(ctx.node.attrs, hd)
+    theta = float(rope_theta(ctx.node.attrs))
     if kvs[0] != xs[0]:  # one key/value sequence for every query (shape inference allows only 1)
         kv = f"np.ascontiguousarray(np.broadcast_to({kv}, {shape_literal((xs[0],) + kvs[1:])}))"
     has_bias = len(ctx.args) > 2
@@ -180,7 +181,7 @@ def render_attention(ctx: NodeCtx) -> None:
     bias = bias_4d(ctx, 2) if has_bias else "np.zeros((1, 1, 1, 1), np.float32)"
     if buckets_n is not None:
         helper = ctx.helper("t5_buckets", T5_BUCKETS)
-        max_distance = int(ctx.attr("rel_max_distance", 128))
+        max_distance = int(rel_max_distance(ctx.node.attrs))
         rel = ctx.weight("rel_bias")
         buckets = f"{helper}({xs[1]}, {kvs[1]}, {int(buckets_n)}, {max_distance}, {not causal})"
     else:

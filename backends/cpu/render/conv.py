@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import A1, A2, A4, I64, Kernel, jit
+from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
 
@@ -104,7 +105,7 @@ def render_conv(ctx: NodeCtx) -> None:
              f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={groups}, parts={THREADS})")
 
 
-# pooling kernels: one (sample, channel) plane per task, then its output rows
+# pooling and upsampling (resample.py) kernels: one (sample, channel) plane per task, then its output rows
 PLANES = """\
     nb, nc, hi, wi = x.shape
     ho, wo = out.shape[2], out.shape[3]
@@ -217,9 +218,75 @@ def render_global_avgpool(ctx: NodeCtx) -> None:
     ctx.emit(f"{k}({ctx.args[0]}.reshape({rows}, -1), {out}.reshape(-1))")
 
 
+
+CONV_TRANSPOSE2D = """\
+{jit}
+def k_conv_transpose2d(x3, wt, b, out, hi, wi, kh, kw, sh, sw, ph, pw, dh, dw, parts):
+    # PyTorch's way: one BLAS call per (image, group, block of output channels) makes the columns
+    # [channels·kh·kw, input pixels] = wt [channels·kh·kw, in/groups] x x [in/groups, pixels], then
+    # col2im adds each column into the output; a task owns its output channels, so no two tasks
+    # write the same element (x3 is [B, C, H·W]; wt is the weight transposed once per weights dict)
+    nb = x3.shape[0]
+    groups, rows, cg = wt.shape
+    kk = kh * kw
+    og = rows // kk
+    ho, wo = out.shape[2], out.shape[3]
+    blocks = min(parts, og) if nb * groups < 2 * parts else 1
+    for task in prange(nb * groups * blocks):
+        blk = task % blocks
+        g = (task // blocks) % groups
+        n = task // (blocks * groups)
+        c0 = blk * og // blocks
+        c1 = (blk + 1) * og // blocks
+        if c1 == c0:
+            continue
+        cols = np.dot(wt[g, c0 * kk:c1 * kk], x3[n, g * cg:(g + 1) * cg])
+        for o in range(c0, c1):
+            oc = g * og + o
+            plane = out[n, oc]
+            plane[:, :] = b[oc]
+            for ki in range(kh):
+                for kj in range(kw):
+                    r = (o - c0) * kk + ki * kw + kj
+                    for ii in range(hi):
+                        oi = ii * sh - ph + ki * dh
+                        if 0 <= oi < ho:
+                            for jj in range(wi):
+                                oj = jj * sw - pw + kj * dw
+                                if 0 <= oj < wo:
+                                    plane[oi, oj] += cols[r, ii * wi + jj]
+"""
+CONV_TRANSPOSE2D_KERNEL = Kernel("k_conv_transpose2d", CONV_TRANSPOSE2D.format(jit=JIT),
+                                 (A3, A3, A1, A4) + (I64,) * 11)
+
+
+def render_conv_transpose(ctx: NodeCtx) -> None:
+    """1-D runs as 2-D with H = 1 (stride, padding and dilation 1, 0, 1 on that axis)."""
+    nd = 2 if ctx.node.op == "conv_transpose2d" else 1
+    stride = _spatial(nd, _pair(ctx.attr("stride"), nd), 1)
+    pads = _spatial(nd, _pair(ctx.attr("padding"), nd), 0)
+    dilation = _spatial(nd, _pair(ctx.attr("dilation"), nd), 1)
+    groups = int(ctx.attr("groups"))
+    ci, og, *ks = ctx.weight_shape("weight")
+    kh, kw = _spatial(nd, tuple(ks), 1)
+    xs = ctx.in_shape()
+    hi, wi = _spatial(nd, tuple(xs[2:]), 1)
+    # [in, out/g, k...] -> [groups, out/g·kh·kw, in/g]: the GEMM's A operand, contiguous per group
+    wt = ctx.derive(f"~conv_transpose_t({ctx.weight_key('weight')},{groups})",
+                    f"np.ascontiguousarray({ctx.weight('weight')}.reshape({groups}, {ci // groups}, "
+                    f"{og * kh * kw}).transpose(0, 2, 1))")
+    k = ctx.kernel(CONV_TRANSPOSE2D_KERNEL)
+    out = ctx.alloc()
+    ctx.emit(f"{k}({ctx.args[0]}.reshape({xs[0]}, {xs[1]}, {hi * wi}), {wt}, "
+             f"{ctx.weight_or_zeros('bias', ctx.out_shape()[1])}, {_as_4d(out, ctx.out_shape(), nd)}, "
+             f"hi={hi}, wi={wi}, kh={kh}, kw={kw}, sh={stride[0]}, sw={stride[1]}, ph={pads[0]}, pw={pads[1]}, "
+             f"dh={dilation[0]}, dw={dilation[1]}, parts={THREADS})")
+
 RENDERERS = {
     "conv1d": render_conv,
     "conv2d": render_conv,
+    "conv_transpose1d": render_conv_transpose,
+    "conv_transpose2d": render_conv_transpose,
     "maxpool1d": render_pool,
     "maxpool2d": render_pool,
     "avgpool1d": render_pool,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.module import A1, A2, A3, I64, Kernel, jit
+from irc.backends.common.kernel import A1, A2, A3, I64, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx, np_dtype
 from irc.backends.cpu.render.gemm import THREADS, gemm_call, glu_kernel

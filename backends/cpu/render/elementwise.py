@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.module import A1, A2, F32, Kernel, jit
+from irc.backends.common.kernel import A1, A2, F32, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx, np_dtype
+from irc.backends.cpu.render.mathfns import DEVICE_JIT
 from irc.backends.literals import f32_literal, shape_literal
 
 JIT = jit()
@@ -39,6 +41,66 @@ def render_activation(ctx: NodeCtx) -> None:
     k = ctx.kernel(unary_kernel(name, act(ctx.parts, name)))
     out = ctx.alloc(inplace=(0,))
     ctx.emit(f"{k}({ctx.flat(ctx.args[0])}, {ctx.flat(out)}, {f32_literal(param)})")
+
+
+# Activations outside the shared epilogue table (activations.py): each a float32 expression of ``v``
+# with two parameters ``p`` and ``q`` (clamp's bounds, elu's alpha). A bound left out is ±inf, and
+# the comparisons are written so that NaN stays NaN (both fail on NaN, so ``v`` passes through).
+HARD_SIGMOID = ("np.float32(0.0) if v < np.float32(-3.0) else (np.float32(1.0) if v > np.float32(3.0) "
+                "else (v + np.float32(3.0)) / np.float32(6.0))")
+MORE_ACT_EXPR: dict[str, str] = {
+    "relu6": "np.float32(0.0) if v < np.float32(0.0) else (np.float32(6.0) if v > np.float32(6.0) else v)",
+    "clamp": "p if v < p else (q if v > q else v)",
+    # relu6(x + 3)/6 and x·relu6(x + 3)/6 as PyTorch evaluates them (so hardswish(−inf) = −inf·0 = NaN)
+    "hardsigmoid": HARD_SIGMOID,
+    "hardswish": "v * (" + HARD_SIGMOID + ")",
+    # x·tanh(softplus(x)) = x·n/(n + 2) with n = e^x·(e^x + 2): one exp, no cancellation; past x = 20
+    # the ratio is 1 in float32, so e^x is capped there (NaN fails the test and stays NaN)
+    "mish": "v * mish_ratio(fexp(np.float32(20.0) if v > np.float32(20.0) else v))",
+    "elu": "v if v > np.float32(0.0) else p * np.float32(math.expm1(v))",
+}
+
+MISH_RATIO = f"""\
+{DEVICE_JIT}
+def mish_ratio(e):
+    n = e * (e + np.float32(2.0))
+    return n / (n + np.float32(2.0))
+"""
+
+UNARY2 = """\
+{jit}
+def {name}(x, out, p, q):
+    for i in prange(x.size):
+        v = x[i]
+        out[i] = {expr}
+"""
+
+
+def _more_params(ctx: NodeCtx) -> tuple[float, float]:
+    op = ctx.node.op
+    if op in ("clamp", "hardtanh"):
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+        return (float("-inf") if lo is None else lo), (float("inf") if hi is None else hi)
+    if op == "elu":
+        return ctx.attr("alpha", 1.0), 0.0
+    return 0.0, 0.0
+
+
+def render_more_activation(ctx: NodeCtx) -> None:
+    op = ctx.node.op
+    if not ctx.out_types[0].is_float:
+        raise ctx.error(f"needs a floating-point input, got {ctx.in_types[0]}")
+    name = "clamp" if op == "hardtanh" else op  # hardtanh is clamp with default bounds
+    expr = MORE_ACT_EXPR[name]
+    if "mish_ratio(" in expr:
+        ctx.parts.device("mish_ratio", MISH_RATIO)
+    if "fexp(" in expr:
+        ctx.device("fexp")
+    name = f"k_{name}"
+    k = ctx.kernel(Kernel(name, UNARY2.format(jit=JIT, name=name, expr=expr), (A1, A1, F32, F32)))
+    out = ctx.alloc(inplace=(0,))
+    p, q = _more_params(ctx)
+    ctx.emit(f"{k}({ctx.flat(ctx.args[0])}, {ctx.flat(out)}, {f32_literal(p)}, {f32_literal(q)})")
 
 
 def render_alias(ctx: NodeCtx) -> None:
@@ -105,41 +167,50 @@ def render_softmax(ctx: NodeCtx) -> None:
 # -- binary arithmetic ------------------------------------------------------------------
 
 SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+# two-tensor ops written as a select; NaN in either operand gives NaN, as np.maximum and torch.maximum
+PAIR = {"maximum": "{a} if ({a} > {b} or {a} != {a}) else {b}",
+        "minimum": "{a} if ({a} < {b} or {a} != {a}) else {b}"}
+
+
+def _combine(op: str, lhs: str, rhs: str) -> str:
+    return PAIR[op].format(a=lhs, b=rhs) if op in PAIR else f"{lhs} {SYMBOL[op]} {rhs}"
+
 
 FLAT = """\
 {jit}
 def {name}(a, b, out):
     for i in prange(out.size):
-        out[i] = a[i] {sym} b[i]
+        out[i] = {value}
 """
 ROWS = """\
 {jit}
 def {name}(a, b, out):
     for i in prange(out.shape[0]):
         for j in range(out.shape[1]):
-            out[i, j] = {lhs} {sym} {rhs}
+            out[i, j] = {value}
 """
 SCALAR = """\
 {jit}
 def {name}(a, s, out):
     for i in prange(out.size):
-        out[i] = {lhs} {sym} {rhs}
+        out[i] = {value}
 """
 
 
 def _binary_kernel(op: str, form: str) -> Kernel:
-    sym = SYMBOL[op]
     name = f"k_{op}_{form}"
     if form == "flat":
-        return Kernel(name, FLAT.format(jit=JIT, name=name, sym=sym), (A1, A1, A1))
+        return Kernel(name, FLAT.format(jit=JIT, name=name, value=_combine(op, "a[i]", "b[i]")), (A1, A1, A1))
     if form == "rows":  # a is [N, D], b is [D]
-        return Kernel(name, ROWS.format(jit=JIT, name=name, sym=sym, lhs="a[i, j]", rhs="b[j]"), (A2, A1, A2))
+        value = _combine(op, "a[i, j]", "b[j]")
+        return Kernel(name, ROWS.format(jit=JIT, name=name, value=value), (A2, A1, A2))
     if form == "rows_first":  # a is [D], b is [N, D]
-        return Kernel(name, ROWS.format(jit=JIT, name=name, sym=sym, lhs="a[j]", rhs="b[i, j]"), (A1, A2, A2))
+        value = _combine(op, "a[j]", "b[i, j]")
+        return Kernel(name, ROWS.format(jit=JIT, name=name, value=value), (A1, A2, A2))
     if form == "scalar":
-        return Kernel(name, SCALAR.format(jit=JIT, name=name, sym=sym, lhs="a[i]", rhs="s"), (A1, F32, A1))
+        return Kernel(name, SCALAR.format(jit=JIT, name=name, value=_combine(op, "a[i]", "s")), (A1, F32, A1))
     if form == "rscalar":
-        return Kernel(name, SCALAR.format(jit=JIT, name=name, sym=sym, lhs="s", rhs="a[i]"), (A1, F32, A1))
+        return Kernel(name, SCALAR.format(jit=JIT, name=name, value=_combine(op, "s", "a[i]")), (A1, F32, A1))
     raise AssertionError(form)
 
 
@@ -181,15 +252,23 @@ def render_binary(ctx: NodeCtx) -> None:
         k = ctx.kernel(_binary_kernel(op, "rows_first"))
         ctx.alloc()
         ctx.emit(f"{k}({ctx.flat(a)}, {b}.reshape(-1, {d}), {out}.reshape(-1, {d}))")
-    else:  # general broadcasting: materialise both operands at the result's shape
+    else:  # general broadcasting: materialise the operands that broadcast at the result's shape
         k = ctx.kernel(_binary_kernel(op, "flat"))
         ctx.alloc()
         full = shape_literal(out_shape)
-        ctx.emit(f"{k}(np.ascontiguousarray(np.broadcast_to({a}, {full})).reshape(-1), "
-                 f"np.ascontiguousarray(np.broadcast_to({b}, {full})).reshape(-1), {ctx.flat(out)})")
+
+        def flat_full(v: str, shape: tuple[int, ...]) -> str:
+            # an operand already at the result's shape goes as it is: broadcast_to would give a read-only
+            # view, which ascontiguousarray passes through unchanged and the kernel's signature refuses
+            if shape == out_shape:
+                return ctx.flat(v)
+            return f"np.ascontiguousarray(np.broadcast_to({v}, {full})).reshape(-1)"
+
+        ctx.emit(f"{k}({flat_full(a, sa)}, {flat_full(b, sb)}, {ctx.flat(out)})")
 
 
-_NUMPY_FN = {"add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.divide"}
+_NUMPY_FN = {"add": "np.add", "sub": "np.subtract", "mul": "np.multiply", "div": "np.divide",
+             "maximum": "np.maximum", "minimum": "np.minimum"}
 
 
 def _render_numpy_binary(ctx: NodeCtx) -> None:
@@ -206,8 +285,10 @@ def _render_numpy_binary(ctx: NodeCtx) -> None:
 
 RENDERERS = {
     **{name: render_activation for name in ("relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "abs")},
+    **{name: render_more_activation for name in ("relu6", "hardtanh", "clamp", "hardswish", "hardsigmoid",
+                                                 "mish", "elu")},
     "identity": render_alias,
     "dropout": render_alias,
     "softmax": render_softmax,
-    **{name: render_binary for name in SYMBOL},
+    **{name: render_binary for name in (*SYMBOL, *PAIR)},
 }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import A2, A3, BAD_TOKEN_ID, I1, I64, Kernel, jit
+from irc.backends.common.kernel import A2, A3, I1, I64, Kernel
+from irc.backends.common.module_text import BAD_TOKEN_ID
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.literals import str_literal
 
@@ -69,12 +71,33 @@ def k_pos_sinusoidal(x, out):
 """
 
 
+POS_SINUSOIDAL_CONCAT = """\
+{jit}
+def k_pos_sinusoidal_concat(x, out):
+    nb, nt, nd = x.shape
+    half = nd // 2
+    step = np.log(10000.0) / (half - 1)  # Whisper's log-timescale increment (half >= 2: shape inference)
+    for t in prange(nt):
+        for i in range(half):
+            # P[t, i] = sin(t * exp(-i * step)), P[t, half + i] = cos(...): angles in float64
+            angle = t * np.exp(-step * i)
+            s = np.float32(np.sin(angle))
+            c = np.float32(np.cos(angle))
+            for n in range(nb):
+                out[n, t, i] = x[n, t, i] + s
+                out[n, t, half + i] = x[n, t, half + i] + c
+"""
+
+
 def render_positional(ctx: NodeCtx) -> None:
     out = ctx.alloc()
     x = ctx.args[0]
     if ctx.attr("kind", "sinusoidal") == "learned":
         k = ctx.kernel(Kernel("k_pos_learned", POS_LEARNED.format(jit=JIT), (A3, A2, A3)))
         ctx.emit(f"{k}({x}, {ctx.weight('weight')}, {out})")
+    elif ctx.attr("layout") == "concat":
+        k = ctx.kernel(Kernel("k_pos_sinusoidal_concat", POS_SINUSOIDAL_CONCAT.format(jit=JIT), (A3, A3)))
+        ctx.emit(f"{k}({x}, {out})")
     else:
         k = ctx.kernel(Kernel("k_pos_sinusoidal", POS_SINUSOIDAL.format(jit=JIT), (A3, A3)))
         ctx.emit(f"{k}({x}, {out})")

@@ -8,7 +8,8 @@ product of a few rows splits the weight instead). BLAS runs single-threaded mean
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import A1, A2, I64, Kernel, jit
+from irc.backends.common.kernel import A1, A2, I64, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx
 

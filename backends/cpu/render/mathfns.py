@@ -13,7 +13,7 @@ Each is emitted into the generated module when a kernel uses it.
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import ModuleParts
+from irc.backends.common.kernel import ModuleParts
 
 DEVICE_JIT = '@njit(cache=True, error_model="numpy")'
 

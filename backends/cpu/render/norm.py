@@ -1,4 +1,5 @@
-"""LayerNorm and RMSNorm over rows, residual add + norm in one pass, BatchNorm (inference).
+"""LayerNorm and RMSNorm over rows, residual add + norm in one pass, BatchNorm (inference),
+LayerNorm over a middle axis (ConvNeXt's channels-first), GroupNorm and InstanceNorm.
 
 One sweep over a row gathers the sum and the sum of squares (of the row shifted by its first
 element, so a large mean does not cancel the variance away, and a constant row gives exactly
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.module import A1, A2, A3, F32, Kernel, jit
+from irc.backends.common.kernel import A1, A2, A3, F32, I64, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.literals import f32_literal
 
@@ -111,14 +113,100 @@ def _zeros(d: int) -> str:
     return f"np.zeros({d}, np.float32)"
 
 
+LAYERNORM_MID = """\
+{jit}
+def k_layernorm_mid(x, g, b, out, eps):
+    # x is [outer, d, inner], normalised over d at each (outer, inner) position: the inner axis is
+    # contiguous, so every sweep runs as vectors over it, d rows at a time. Two passes (the mean, then
+    # the squared deviations from it): a row here is a column of the map, with no first element a
+    # shift could trust, and the sweeps are cheap (the [d, inner] block of one position stays in cache)
+    no, d, ni = x.shape
+    for o in prange(no):
+        mean = np.zeros(ni, np.float32)
+        q = np.zeros(ni, np.float32)
+        for j in range(d):
+            for i in range(ni):
+                mean[i] += x[o, j, i]
+        for i in range(ni):
+            mean[i] /= np.float32(d)
+        for j in range(d):
+            for i in range(ni):
+                t = x[o, j, i] - mean[i]
+                q[i] += t * t
+        for i in range(ni):
+            q[i] = np.float32(1.0) / np.sqrt(q[i] / np.float32(d) + eps)
+        for j in range(d):
+            for i in range(ni):
+                out[o, j, i] = (x[o, j, i] - mean[i]) * q[i] * g[j] + b[j]
+"""
+
+# GroupNorm: x as [B·groups, C/groups, spatial], one (sample, group) per row. Rows are long (a
+# U-Net's 10 channels × 64² = 40,960 values), so the shifted sums run in float64; the second sweep
+# folds mean, 1/std, gain and bias into one scale and shift per channel. InstanceNorm: groups = C.
+GROUPNORM = """\
+{jit}
+def k_groupnorm(x, g, b, out, groups, eps):
+    n, cg, ns = x.shape
+    for r in prange(n):
+        k0 = np.float64(x[r, 0, 0])
+        s = 0.0
+        q = 0.0
+        for c in range(cg):
+            for i in range(ns):
+                t = np.float64(x[r, c, i]) - k0
+                s += t
+                q += t * t
+        m = cg * ns
+        ms = s / m
+        var = max(q / m - ms * ms, 0.0)
+        mean = np.float32(k0 + ms)
+        inv = np.float32(1.0 / np.sqrt(var + np.float64(eps)))
+        for c in range(cg):
+            ch = (r % groups) * cg + c
+            scale = inv * g[ch]
+            shift = b[ch] - mean * scale
+            for i in range(ns):
+                out[r, c, i] = x[r, c, i] * scale + shift
+"""
+
+
 def render_layernorm(ctx: NodeCtx) -> None:
     shape = ctx.in_shape()
+    axis = ctx.attr("axis")
+    axis = len(shape) - 1 if axis is None else axis % len(shape)
+    if axis != len(shape) - 1:
+        _render_layernorm_mid(ctx, shape, axis)
+        return
     d = shape[-1]
     k = ctx.kernel(Kernel("k_layernorm", LAYERNORM.format(jit=JIT, stats=SHIFTED_STATS), (A2, A1, A1, A2, F32)))
     g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(d)
     b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
     out = ctx.alloc(inplace=(0,))
     ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {g}, {b}, {ctx.rows(out, shape)}, {f32_literal(ctx.attr('eps'))})")
+
+
+def _render_layernorm_mid(ctx: NodeCtx, shape: tuple[int, ...], axis: int) -> None:
+    d = shape[axis]
+    view = f"({prod(shape[:axis])}, {d}, {prod(shape[axis + 1:])})"
+    k = ctx.kernel(Kernel("k_layernorm_mid", LAYERNORM_MID.format(jit=JIT), (A3, A1, A1, A3, F32)))
+    g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(d)
+    b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
+    out = ctx.alloc(inplace=(0,))  # the last sweep reads each element before writing it
+    ctx.emit(f"{k}({ctx.args[0]}.reshape{view}, {g}, {b}, {out}.reshape{view}, {f32_literal(ctx.attr('eps'))})")
+
+
+def render_groupnorm(ctx: NodeCtx) -> None:
+    """groupnorm and instancenorm (groups = C) on [B, C, ...]."""
+    shape = ctx.in_shape()
+    c = shape[1]
+    groups = c if ctx.node.op == "instancenorm" else int(ctx.attr("groups"))
+    view = f"({shape[0] * groups}, {c // groups}, {prod(shape[2:])})"
+    k = ctx.kernel(Kernel("k_groupnorm", GROUPNORM.format(jit=JIT), (A3, A1, A1, A3, I64, F32)))
+    g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(c)
+    b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(c)
+    out = ctx.alloc(inplace=(0,))  # each element is read (second sweep) before it is written
+    ctx.emit(f"{k}({ctx.args[0]}.reshape{view}, {g}, {b}, {out}.reshape{view}, {groups}, "
+             f"{f32_literal(ctx.attr('eps'))})")
 
 
 def render_rmsnorm(ctx: NodeCtx) -> None:
@@ -165,4 +253,6 @@ RENDERERS = {
     "rmsnorm": render_rmsnorm,
     "batchnorm": render_batchnorm,
     "add_norm": render_add_norm,
+    "groupnorm": render_groupnorm,
+    "instancenorm": render_groupnorm,
 }

@@ -7,10 +7,12 @@ reset gate to h before the hidden matmul; the torch variant applies it after.
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import A1, A2, A3, I64, Kernel, jit
+from irc.backends.common.kernel import A1, A2, A3, I64, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.activations import act, sigmoid, tanh
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
+from irc.ops.recurrent import directions, layer_suffix, num_layers, torch_layout
 
 JIT = jit()
 SERIAL = jit(parallel=False)  # step loops whose matmuls are whole (BLAS single-threaded meanwhile)
@@ -136,11 +138,17 @@ def k_gru_torch(x, wih, whh, bih, bhh, seq, h_last):
 """
 
 
-def render_rnn(ctx: NodeCtx) -> None:
+def _rnn_kernel(ctx: NodeCtx) -> str:
     act_name = ctx.attr("act", "tanh")
     name = f"k_rnn_{act_name}"
     src = RNN.format(jit=SERIAL, name=name, expr=act(ctx.parts, act_name), steps=_steps("whh", 1), h_last=H_LAST)
-    k = ctx.kernel(Kernel(name, src, (A3, A2, A2, A1, A3, A2)))
+    return ctx.kernel(Kernel(name, src, (A3, A2, A2, A1, A3, A2)))
+
+
+def render_rnn(ctx: NodeCtx) -> None:
+    if torch_layout(ctx.node.attrs):
+        return render_stacked(ctx)
+    k = _rnn_kernel(ctx)
     seq, h = ctx.alloc(0), ctx.alloc(1)
     g = ctx.weight_shape("weight_hh")[0]
     ctx.emit(f"{k}({ctx.args[0]}, {ctx.weight('weight_ih')}, {ctx.weight('weight_hh')}, "
@@ -153,10 +161,16 @@ def _by_unit(ctx: NodeCtx, name: str, nh: int) -> str:
     return ctx.derive(f"~gates_by_unit({ctx.weight_key(name)})", expr)
 
 
-def render_lstm(ctx: NodeCtx) -> None:
+def _lstm_kernel(ctx: NodeCtx) -> str:
     src = LSTM.format(jit=JIT, h_last=H_LAST, sig_i=sigmoid(ctx.parts, "gi"), sig_f=sigmoid(ctx.parts, "gf"),
                       sig_o=sigmoid(ctx.parts, "go"), tanh_g=tanh(ctx.parts, "gg"), tanh_c=tanh(ctx.parts, "cv"))
-    k = ctx.kernel(Kernel("k_lstm", src, (A3, A2, A2, A1, A3, A2, A2, I64)))
+    return ctx.kernel(Kernel("k_lstm", src, (A3, A2, A2, A1, A3, A2, A2, I64)))
+
+
+def render_lstm(ctx: NodeCtx) -> None:
+    if torch_layout(ctx.node.attrs):
+        return render_stacked(ctx)
+    k = _lstm_kernel(ctx)
     seq, h, c = ctx.alloc(0), ctx.alloc(1), ctx.alloc(2)
     g, nh = ctx.weight_shape("weight_hh")
     if ctx.has_weight("bias"):
@@ -168,18 +182,25 @@ def render_lstm(ctx: NodeCtx) -> None:
              f"{bias}, {seq}, {h}, {c}, {THREADS})")
 
 
+def _gru_torch_kernel(ctx: NodeCtx) -> str:
+    ctx.device("ftanh")
+    src = GRU_TORCH.format(
+        jit=SERIAL, steps=_steps("whh", 3), h_last=H_LAST,
+        sig_r=sigmoid(ctx.parts, "xw[n, t, j] + bih[j] + hw[n, j] + bhh[j]"),
+        sig_z=sigmoid(ctx.parts, "xw[n, t, nh + j] + bih[nh + j] + hw[n, nh + j] + bhh[nh + j]"),
+    )
+    return ctx.kernel(Kernel("k_gru_torch", src, (A3, A2, A2, A1, A1, A3, A2)))
+
+
 def render_gru(ctx: NodeCtx) -> None:
+    if torch_layout(ctx.node.attrs):
+        return render_stacked(ctx)
     g, nh = ctx.weight_shape("weight_hh")
     seq, h = ctx.alloc(0), ctx.alloc(1)
     wih, whh = ctx.weight("weight_ih"), ctx.weight("weight_hh")
     ctx.device("ftanh")
     if ctx.attr("variant", "chapter") == "torch":
-        src = GRU_TORCH.format(
-            jit=SERIAL, steps=_steps("whh", 3), h_last=H_LAST,
-            sig_r=sigmoid(ctx.parts, "xw[n, t, j] + bih[j] + hw[n, j] + bhh[j]"),
-            sig_z=sigmoid(ctx.parts, "xw[n, t, nh + j] + bih[nh + j] + hw[n, nh + j] + bhh[nh + j]"),
-        )
-        k = ctx.kernel(Kernel("k_gru_torch", src, (A3, A2, A2, A1, A1, A3, A2)))
+        k = _gru_torch_kernel(ctx)
         ctx.emit(f"{k}({ctx.args[0]}, {wih}, {whh}, {ctx.weight_or_zeros('bias_ih', g)}, "
                  f"{ctx.weight_or_zeros('bias_hh', g)}, {seq}, {h})")
         return
@@ -192,6 +213,69 @@ def render_gru(ctx: NodeCtx) -> None:
     # rows [0, 2h) of weight_hh are U_r, U_z; rows [2h, 3h) are U_n (C-contiguous views)
     ctx.emit(f"{k}({ctx.args[0]}, {wih}, {whh}[:{2 * nh}], {whh}[{2 * nh}:], "
              f"{ctx.weight_or_zeros('bias', g)}, {seq}, {h})")
+
+
+# -- PyTorch's layout: the single-layer kernels above, once per layer and direction -------------
+
+
+def _summed_bias(ctx: NodeCtx, sfx: str) -> tuple[str, str]:
+    """(weight key, expression) of b_ih + b_hh for one pass: in an RNN or LSTM the two only ever add."""
+    key = f"~sum({ctx.weight_key('bias_ih' + sfx)}, {ctx.weight_key('bias_hh' + sfx)})"
+    return key, f"({ctx.weight('bias_ih' + sfx)} + {ctx.weight('bias_hh' + sfx)})"
+
+
+def _pass_call(ctx: NodeCtx, kernel: str, sfx: str, x: str, seq: str, states: list[str]) -> str:
+    """The kernel call of one direction of one layer, on the weights named with ``sfx``."""
+    op = ctx.node.op
+    g, nh = ctx.weight_shape("weight_hh" + sfx)
+    wih, whh = ctx.weight("weight_ih" + sfx), ctx.weight("weight_hh" + sfx)
+    has_bias = ctx.has_weight("bias_ih" + sfx)
+    if op == "gru":
+        bias = [ctx.weight_or_zeros("bias_ih" + sfx, g), ctx.weight_or_zeros("bias_hh" + sfx, g)]
+        return f"{kernel}({x}, {wih}, {whh}, {', '.join(bias)}, {seq}, {states[0]})"
+    if op == "rnn":
+        b = ctx.derive(*_summed_bias(ctx, sfx)) if has_bias else f"np.zeros({g}, np.float32)"
+        return f"{kernel}({x}, {wih}, {whh}, {b}, {seq}, {states[0]})"
+    if has_bias:
+        key, expr = _summed_bias(ctx, sfx)
+        b = ctx.derive(f"~gates_by_unit({key})", BY_UNIT_BIAS.format(w=expr, h=nh))
+    else:
+        b = f"np.zeros({g}, np.float32)"
+    return (f"{kernel}({x}, {_by_unit(ctx, 'weight_ih' + sfx, nh)}, {_by_unit(ctx, 'weight_hh' + sfx, nh)}, "
+            f"{b}, {seq}, {states[0]}, {states[1]}, {THREADS})")
+
+
+def render_stacked(ctx: NodeCtx) -> None:
+    """nn.RNN/LSTM/GRU's layers and directions: each pass runs the single-layer kernel, the reverse
+    one on its input read backwards (a copy), its sequence written back turned round into its half
+    of the layer's output; pass p's final state is row p of h (and c). Dropout is the identity."""
+    a = ctx.node.attrs
+    op = ctx.node.op
+    kernel = {"rnn": _rnn_kernel, "lstm": _lstm_kernel, "gru": _gru_torch_kernel}[op](ctx)
+    outs = [ctx.alloc(i) for i in range(len(ctx.outs))]
+    b, t = ctx.in_shape(0)[:2]
+    nh, dirs, layers = int(a["hidden"]), directions(a), num_layers(a)
+    x = ctx.args[0]
+    for layer in range(layers):
+        last = layer == layers - 1
+        seq = outs[0] if last else ctx.parts.var()
+        if not last:
+            ctx.emit(f"{seq} = np.empty(({b}, {t}, {dirs * nh}), np.float32)")
+        for d in range(dirs):
+            row = layer * dirs + d
+            states = [f"{s}[{row}]" for s in outs[1:]]
+            src = x
+            if d:
+                src = ctx.parts.var()
+                ctx.emit(f"{src} = np.ascontiguousarray({x}[:, ::-1])  # the reverse pass reads time backwards")
+            if dirs == 1:
+                ctx.emit(_pass_call(ctx, kernel, layer_suffix(layer, d), src, seq, states))
+                continue
+            part = ctx.parts.var()
+            ctx.emit(f"{part} = np.empty(({b}, {t}, {nh}), np.float32)")
+            ctx.emit(_pass_call(ctx, kernel, layer_suffix(layer, d), src, part, states))
+            ctx.emit(f"{seq}[:, :, {d * nh}:{(d + 1) * nh}] = {part}{'[:, ::-1]' if d else ''}")
+        x = seq
 
 
 RENDERERS = {

@@ -16,10 +16,12 @@ in place (GQA, MQA). A row whose keys are all masked (a −inf bias) gives zeros
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import A2, A4, F32, I64, Kernel, jit
+from irc.backends.common.kernel import A2, A4, F32, I64, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
 from irc.backends.literals import f32_literal, float_literal
+from irc.ops.attention import rope_theta
 
 JIT = jit(fastmath=True)
 TILE_Q = 128  # query rows per task
@@ -223,7 +225,7 @@ def render_rope(ctx: NodeCtx) -> None:
     shape = ctx.in_shape()  # an even head width: rope's (and attention's) shape inference checks it
     k = ctx.kernel(Kernel("k_rope", ROPE.format(jit=jit()), (A4, A2, A2, A4)))
     tables = ctx.helper("rope_tables", ROPE_TABLES)
-    theta = float(ctx.attr("theta", 10000.0))
+    theta = float(rope_theta(ctx.node.attrs, key="theta"))
     out = ctx.alloc(inplace=(0,))
     cos, sin = f"{out}_cos", f"{out}_sin"
     ctx.emit(f"{cos}, {sin} = {tables}({shape[2]}, {shape[3]}, {float_literal(theta)})")

@@ -5,10 +5,9 @@ table built once from the weights (plus an ``attn_bias`` operand), the same fuse
 
 from __future__ import annotations
 
-import math
 from math import prod
 
-from irc.backends.cpu.module import A1, A2, I64, Kernel
+from irc.backends.common.kernel import A1, A2, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx, dims
 from irc.backends.cuda.render.copy import contiguous_strides, copy_launch
@@ -18,6 +17,7 @@ from irc.backends.cuda.render.gemm_src import GemmSpec
 from irc.backends.cuda.render.gemm_src import pick_tile as pick_gemm_tile
 from irc.backends.cuda.render.sdpa_src import AttnSpec, pick_tile, sdpa_kernel
 from irc.backends.literals import float_literal, int_literal
+from irc.ops.attention import kv_heads, rel_max_distance, rope_theta, score_scale
 
 
 def launch_sdpa(ctx: Ctx, q: int, k: int, v: int, bias: int | None, out: int, scale: float, causal: bool,
@@ -97,7 +97,7 @@ def launch_rope(ctx: Ctx, x: int, out: int, theta: float) -> None:
 def render_rope(ctx: Ctx) -> None:
     ctx.need_float()
     out = ctx.alloc()
-    launch_rope(ctx, ctx.ins[0], out, float(ctx.attr("theta", 10000.0)))
+    launch_rope(ctx, ctx.ins[0], out, float(rope_theta(ctx.node.attrs, key="theta")))
 
 
 # -- the attention layer ------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def render_attention(ctx: Ctx) -> None:
     b, t, d = ctx.in_shape(0)
     s = ctx.in_shape(1)[1] if len(ctx.ins) > 1 else t
     heads = int(ctx.attr("heads"))
-    groups = int(ctx.attr("kv_heads", heads))
+    groups = int(kv_heads(ctx.node.attrs))
     dq, dkv = ctx.params["wq"][0], ctx.params["wk"][0]
     hd = dq // heads
     if len(ctx.ins) > 1 and ctx.in_shape(1)[0] != b:  # one key/value sequence for every query batch
@@ -171,14 +171,14 @@ def render_attention(ctx: Ctx) -> None:
     v = _heads(ctx, _project(ctx, kv, b * s, dkv, "wv", "bv" if ctx.has_weight("bv") else None), b, s, groups, hd)
     causal = bool(ctx.attr("causal", False))
     if ctx.attr("rope", False):
-        theta = float(ctx.attr("rope_theta", 10000.0))
+        theta = float(rope_theta(ctx.node.attrs))
         q2, k2 = ctx.temp((b, heads, t, hd)), ctx.temp((b, groups, s, hd))
         launch_rope(ctx, q, q2, theta)
         launch_rope(ctx, k, k2, theta)
         q, k = q2, k2
     bias = None
     if ctx.attr("rel_buckets") is not None:
-        bias = _t5_table(ctx, "rel_bias", t, s, int(ctx.attr("rel_buckets")), int(ctx.attr("rel_max_distance", 128)),
+        bias = _t5_table(ctx, "rel_bias", t, s, int(ctx.attr("rel_buckets")), int(rel_max_distance(ctx.node.attrs)),
                          not causal)
     if len(ctx.ins) > 2:  # an additive attn_bias operand, alone or on top of the table
         bshape = (1,) * (4 - len(ctx.in_shape(2))) + tuple(ctx.in_shape(2))
@@ -194,7 +194,7 @@ def render_attention(ctx: Ctx) -> None:
             ctx.launch(ctx.kernel(binary_kernel("add", "rows")), grid, block,
                        [ctx.f(spread), ctx.f(bias), ctx.f(total), ctx.i(n), ctx.i(heads * t * s)])
             bias = total
-    scale = ctx.attr("scale", 1.0 / math.sqrt(hd))
+    scale = score_scale(ctx.node.attrs, hd)
     o = ctx.temp((b, heads, t, hd))
     launch_sdpa(ctx, q, k, v, bias, o, float(scale), causal, window_arg(ctx))
     merged = ctx.temp((b, t, heads, hd))

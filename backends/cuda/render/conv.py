@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.module import A1, A4, I64, Kernel
+from irc.backends.common.kernel import A1, A4, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx
 from irc.backends.cuda.render.dense import launch_gemm
@@ -92,6 +92,60 @@ def render_conv(ctx: Ctx) -> None:
                 [ctx.v(ctx.view(out, (z, og, npix)))], og, npix, ck, z, a_batch=(1, groups), b_batch=(1, z),
                 bias_mod=groups)
 
+
+
+# -- transposed convolution ------------------------------------------------------------------------
+# one thread per output element: it gathers the input pixels whose scatter lands on it,
+# iy = (oy + ph − ky·dh) / sh where that divides exactly (w is [in, out/groups, kh, kw])
+CONV_TRANSPOSE = f"""\
+{JIT}
+def k_conv_transpose(x, w, bias, out, total, groups, co, oh, ow, {GEOMETRY}):
+    i = cuda.grid(1)
+    if i < total:
+        ox = i % ow
+        r = i // ow
+        oy = r % oh
+        r //= oh
+        o = r % co
+        b = r // co
+        og = w.shape[1]
+        cg = x.shape[1] // groups
+        g = o // og
+        acc = np.float32(0.0)
+        for ky in range(kh):  # the taps first: only about 1/(sh·sw) of them land on this output
+            ny = oy + ph - ky * dh
+            iy = ny // sh
+            if ny >= 0 and iy * sh == ny and iy < x.shape[2]:
+                for kx in range(kw):
+                    nx = ox + pw - kx * dw
+                    ix = nx // sw
+                    if nx >= 0 and ix * sw == nx and ix < x.shape[3]:
+                        for c in range(g * cg, (g + 1) * cg):
+                            acc += x[b, c, iy, ix] * w[c, o - g * og, ky, kx]
+        out[i] = acc + bias[o]
+"""
+CONV_TRANSPOSE_KERNEL = Kernel("k_conv_transpose", CONV_TRANSPOSE, (A4, A4, A1, A1) + (I64,) * 5 + GEOMETRY_KINDS)
+
+
+def render_conv_transpose(ctx: Ctx) -> None:
+    """1-D runs as 2-D with a height of 1."""
+    ctx.need_float()
+    xs, ws = ctx.in_shape(), ctx.params["weight"]
+    nd = len(xs) - 2
+    b, c, h, w = _as_2d(xs)
+    _, co, oh, ow = _as_2d(ctx.out_shape())
+    kh, kw = _pair(tuple(ws[2:]), 1)
+    sh, sw = _pair(_tuple(ctx.attr("stride"), nd), 1)
+    ph, pw = _pair(_tuple(ctx.attr("padding"), nd), 0)
+    dh, dw = _pair(_tuple(ctx.attr("dilation"), nd), 1)
+    out = ctx.alloc()
+    total = b * co * oh * ow
+    grid, block = ctx.flat_grid(total)
+    weight = ctx.v(ctx.view(ctx.weight("weight"), (ws[0], ws[1], kh, kw)))
+    args = [ctx.v(ctx.view(ctx.ins[0], (b, c, h, w))), weight, ctx.f(ctx.weight_or_const("bias", co, 0.0)),
+            ctx.f(out), ctx.i(total), ctx.i(int(ctx.attr("groups"))), ctx.i(co), ctx.i(oh), ctx.i(ow)]
+    args += [ctx.i(v) for v in (kh, kw, sh, sw, ph, pw, dh, dw)]
+    ctx.launch(ctx.kernel(CONV_TRANSPOSE_KERNEL), grid, block, args)
 
 # -- pooling ------------------------------------------------------------------------------------
 
@@ -212,6 +266,8 @@ def render_global_avgpool(ctx: Ctx) -> None:
 RENDERERS = {
     "conv1d": render_conv,
     "conv2d": render_conv,
+    "conv_transpose1d": render_conv_transpose,
+    "conv_transpose2d": render_conv_transpose,
     "maxpool1d": render_pool,
     "maxpool2d": render_pool,
     "avgpool1d": render_pool,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.module import A1, I64, Kernel
+from irc.backends.common.kernel import A1, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx
 

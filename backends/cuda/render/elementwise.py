@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.module import A1, F32, I64, Kernel
+from irc.backends.common.kernel import A1, F32, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx, dims, rows_of
 from irc.backends.cuda.render.copy import contiguous_strides, copy_launch
@@ -55,16 +55,73 @@ def render_activation(ctx: Ctx) -> None:
         act = "gelu_tanh"
     if op == "leaky_relu":
         param = ctx.attr("slope", 0.01)
-    k = ctx.kernel(unary_kernel(act))
+    _launch_unary(ctx, unary_kernel(act), param)
+
+
+def _launch_unary(ctx: Ctx, kernel: Kernel, *params: float) -> None:
+    """One thread per element of the output: ``kernel(x, out, n, *params)``, parameters as float32."""
+    k = ctx.kernel(kernel)
     out = ctx.alloc()
     n = prod(ctx.out_shape())
     grid, block = ctx.flat_grid(n)
-    ctx.launch(k, grid, block, [ctx.F(0), ctx.f(out), ctx.i(n), ctx.f32(param)])
+    ctx.launch(k, grid, block, [ctx.F(0), ctx.f(out), ctx.i(n), *(ctx.f32(p) for p in params)])
+
+
+# Activations outside the epilogue table above: the statements that set ``y`` from ``v``, with two
+# parameters ``p`` and ``q`` (clamp's bounds, elu's alpha). A bound left out is ±inf, and the
+# comparisons fail on NaN, so NaN passes through as in the reference.
+HARD_SIGMOID = ("np.float32(0.0) if v < np.float32(-3.0) else (np.float32(1.0) if v > np.float32(3.0) "
+                "else (v + np.float32(3.0)) / np.float32(6.0))")
+MORE_ACT_BODY: dict[str, str] = {
+    "relu6": "y = np.float32(0.0) if v < np.float32(0.0) else (np.float32(6.0) if v > np.float32(6.0) else v)",
+    "clamp": "y = p if v < p else (q if v > q else v)",
+    # relu6(x + 3)/6 and x·relu6(x + 3)/6 as PyTorch evaluates them (so hardswish(−inf) = −inf·0 = NaN)
+    "hardsigmoid": "y = " + HARD_SIGMOID,
+    "hardswish": "y = v * (" + HARD_SIGMOID + ")",
+    # x·tanh(softplus(x)) = x·n/(n + 2), n = e^x·(e^x + 2): one exp, no cancellation; capped at x = 20,
+    # where the ratio is 1 in float32
+    "mish": "e = math.exp(np.float32(20.0) if v > np.float32(20.0) else v)\n"
+            "n2 = e * (e + np.float32(2.0))\n"
+            "y = v * (n2 / (n2 + np.float32(2.0)))",
+    "elu": "y = v if v > np.float32(0.0) else p * math.expm1(v)",
+}
+
+UNARY2 = """\
+{jit}
+def {name}(x, out, n, p, q):
+    i = cuda.grid(1)
+    if i < n:
+        v = x[i]
+{body}
+        out[i] = y
+"""
+
+
+def more_unary_kernel(act: str) -> Kernel:
+    name = f"k_{act}"
+    body = "".join(f"        {line}\n" for line in MORE_ACT_BODY[act].split("\n"))
+    return Kernel(name, UNARY2.format(jit=JIT, name=name, body=body.rstrip("\n")), (A1, A1, I64, F32, F32))
+
+
+def render_more_activation(ctx: Ctx) -> None:
+    ctx.need_float()
+    op = ctx.node.op
+    act, p, q = op, 0.0, 0.0
+    if op in ("clamp", "hardtanh"):
+        act = "clamp"  # hardtanh is clamp with default bounds
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+        p, q = (float("-inf") if lo is None else lo), (float("inf") if hi is None else hi)
+    if op == "elu":
+        p = ctx.attr("alpha", 1.0)
+    _launch_unary(ctx, more_unary_kernel(act), p, q)
 
 
 # -- binary arithmetic ------------------------------------------------------------------
 
 SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+# two-tensor ops written as a select; NaN in either operand gives NaN, as np.maximum and torch.maximum
+PAIR = {"maximum": "{a} if ({a} > {b} or {a} != {a}) else {b}",
+        "minimum": "{a} if ({a} < {b} or {a} != {a}) else {b}"}
 FORMS = {  # form -> (left operand, right operand) in terms of the flat index i
     "flat": ("a[i]", "b[i]"),
     "rows": ("a[i]", "b[i % d]"),  # b repeats along rows of a
@@ -78,7 +135,7 @@ BINARY = """\
 def {name}(a, {second}, out, n, d):
     i = cuda.grid(1)
     if i < n:
-        out[i] = {lhs} {sym} {rhs}
+        out[i] = {value}
 """
 
 
@@ -86,7 +143,8 @@ def binary_kernel(op: str, form: str) -> Kernel:
     name = f"k_{op}_{form}"
     lhs, rhs = FORMS[form]
     scalar = form in ("scalar", "rscalar")
-    src = BINARY.format(jit=JIT, name=name, second="s" if scalar else "b", lhs=lhs, sym=SYMBOL[op], rhs=rhs)
+    value = PAIR[op].format(a=lhs, b=rhs) if op in PAIR else f"{lhs} {SYMBOL[op]} {rhs}"
+    src = BINARY.format(jit=JIT, name=name, second="s" if scalar else "b", value=value)
     return Kernel(name, src, (A1, F32 if scalar else A1, A1, I64, I64))
 
 
@@ -206,7 +264,8 @@ def render_causal_mask(ctx: Ctx) -> None:
 
 RENDERERS = {
     **{name: render_activation for name in ("relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "abs")},
-    **{name: render_binary for name in SYMBOL},
+    **{name: render_more_activation for name in (*MORE_ACT_BODY, "hardtanh")},
+    **{name: render_binary for name in (*SYMBOL, *PAIR)},
     "softmax": render_softmax,
     "causal_mask": render_causal_mask,
 }

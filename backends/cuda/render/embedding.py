@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from math import prod
 
-from irc.backends.cpu.module import A1, A2, I1, I64, Kernel
+from irc.backends.common.kernel import A1, A2, I1, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx
 from irc.backends.literals import int_literal, str_literal
@@ -49,6 +49,9 @@ def render_positional(ctx: Ctx) -> None:
     t, d = shape[-2], shape[-1]
     if ctx.attr("kind", "sinusoidal") == "learned":
         table = ctx.weight("weight")
+    elif ctx.attr("layout") == "concat":
+        table = ctx.derive(f"sinusoidal_concat({int_literal(t)}, {int_literal(d)})", (t, d))
+        ctx.parts.helper("sinusoidal_concat", SINUSOIDAL_CONCAT)
     else:
         table = ctx.derive(f"sinusoidal({int_literal(t)}, {int_literal(d)})", (t, d))
         ctx.parts.helper("sinusoidal", SINUSOIDAL)
@@ -63,6 +66,14 @@ SINUSOIDAL = '''\
 def sinusoidal(length, width):
     """P[p, 2i] = sin(p / 10000^(2i/D)), P[p, 2i+1] = cos(...), as the reference computes it."""
     from irc.backends.numpy_ref.embedding import sinusoidal as table
+
+    return table(length, width, np.float32)
+'''
+
+SINUSOIDAL_CONCAT = '''\
+def sinusoidal_concat(length, width):
+    """Whisper's [sin | cos] table, as the reference computes it."""
+    from irc.backends.numpy_ref.embedding import sinusoidal_concat as table
 
     return table(length, width, np.float32)
 '''

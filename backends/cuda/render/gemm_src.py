@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from irc.backends.cpu.module import A1, A3, I64, Kernel
+from irc.backends.common.kernel import A1, A3, I64, Kernel
 from irc.backends.cuda.module import jit_bounded
 from irc.backends.cuda.render.elementwise import ACT_EXPR
 

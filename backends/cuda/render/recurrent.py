@@ -8,11 +8,13 @@ uploaded), so neighbouring threads read neighbouring weights.
 
 from __future__ import annotations
 
-from irc.backends.cpu.module import A2, A3, I64, Kernel
+from irc.backends.common.kernel import A2, A3, I64, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import Ctx
+from irc.backends.cuda.render.copy import copy_launch
 from irc.backends.cuda.render.dense import launch_gemm
 from irc.backends.cuda.render.gemm_src import GemmSpec, pick_tile
+from irc.ops.recurrent import directions, layer_suffix, num_layers, torch_layout
 
 SIG = "np.float32(1.0) / (np.float32(1.0) + math.exp(-({})))"
 
@@ -152,6 +154,8 @@ def _recurrent_t(ctx: Ctx) -> int:
 
 def render_lstm(ctx: Ctx) -> None:
     ctx.need_float()
+    if torch_layout(ctx.node.attrs):
+        return render_stacked(ctx)
     px = _projection(ctx, "bias")
     wt = _recurrent_t(ctx)
     seq, h_last, c = ctx.alloc(0), ctx.alloc(1), ctx.alloc(2)
@@ -161,6 +165,8 @@ def render_lstm(ctx: Ctx) -> None:
 
 def render_rnn(ctx: Ctx) -> None:
     ctx.need_float()
+    if torch_layout(ctx.node.attrs):
+        return render_stacked(ctx)
     act = ctx.attr("act", "tanh")
     px = _projection(ctx, "bias")
     wt = _recurrent_t(ctx)
@@ -172,6 +178,8 @@ def render_rnn(ctx: Ctx) -> None:
 
 def render_gru(ctx: Ctx) -> None:
     ctx.need_float()
+    if torch_layout(ctx.node.attrs):
+        return render_stacked(ctx)
     wt = _recurrent_t(ctx)
     b, _, _ = ctx.in_shape()
     g, hid = ctx.params["weight_hh"]
@@ -197,6 +205,85 @@ def render_gru(ctx: Ctx) -> None:
     ctx.parts.launches += 2
     ctx.emit(f"    {gates}[{grid}, {block}]({', '.join(common + [ctx.v(rh), ctx.v(zs)] + tail)})")
     ctx.emit(f"    {update}[{grid}, {block}]({', '.join(common + [ctx.v(rh), ctx.v(zs), ctx.v(h_last)] + tail)})")
+
+
+# -- PyTorch's layout: the step kernels above, once per layer and direction ----------------------
+
+STEP_KERNELS = {
+    "lstm": lambda act: Kernel("k_lstm_step", LSTM, (A3, A2, A3, A2, A2, I64, I64, I64)),
+    "rnn": lambda act: Kernel(f"k_rnn_{act}_step", RNN.format(jit=JIT, act=act, head=HEAD, expr=RNN_ACT[act]),
+                              (A3, A2, A3, A2, I64, I64, I64)),
+    "gru": lambda act: Kernel("k_gru_torch_step", GRU_TORCH, (A3, A2, A2, A3, A2, I64, I64, I64)),
+}
+
+
+def _time_copy(ctx: Ctx, src: int, dst: int, b: int, t: int, width: int, reverse: bool, dst_width: int,
+               dst_off: int) -> None:
+    """dst[:, :, off:off+width] = src[:, ::-1 if reverse] for src [B, T, width], dst [B, T, dst_width]."""
+    sstrides = (t * width, -width if reverse else width, 1)
+    copy_launch(ctx, ctx.f(src), ctx.f(dst), (b, t, width), sstrides, (t - 1) * width if reverse else 0,
+                (t * dst_width, dst_width, 1), dst_off)
+
+
+def _pass(ctx: Ctx, x: int, b: int, t: int, sfx: str, seq: int, states: list[int]) -> None:
+    """One direction of one layer over x [B, T, D]: px by one GEMM, then one launch per step."""
+    op, act = ctx.node.op, ctx.attr("act", "tanh")
+    g, hid = ctx.params["weight_hh" + sfx]
+    d = ctx.params["weight_ih" + sfx][1]
+    has_bias = ctx.has_weight("bias_ih" + sfx)
+    bias = None
+    if has_bias and op == "gru":
+        bias = ctx.weight("bias_ih" + sfx)
+    elif has_bias:  # in an RNN or LSTM b_ih and b_hh only ever add: one vector, summed once
+        bias = ctx.derive(f"{ctx.host_weight('bias_ih' + sfx)} + {ctx.host_weight('bias_hh' + sfx)}", (g,))
+    px = ctx.temp((b, t, g))
+    spec = GemmSpec(pick_tile(b * t, g, 1), "nt", "col" if bias is not None else "none")
+    launch_gemm(ctx, spec, ctx.v(ctx.view(x, (1, b * t, d))),
+                [ctx.v(ctx.view(ctx.weight("weight_ih" + sfx), (1, g, d)))],
+                ctx.f(bias) if bias is not None else ctx.F(0), [ctx.v(ctx.view(px, (1, b * t, g)))], b * t, g, d)
+    wt = ctx.derive(f"{ctx.host_weight('weight_hh' + sfx)}.T", (hid, g))
+    args = [ctx.v(px), ctx.v(wt)]
+    if op == "gru":
+        bh = (ctx.view(ctx.weight("bias_hh" + sfx), (1, g)) if has_bias
+              else ctx.derive(f"np.zeros((1, {g}))", (1, g)))
+        args += [ctx.v(bh), ctx.v(seq), ctx.v(states[0])]
+    elif op == "lstm":
+        args += [ctx.v(seq), ctx.v(states[1]), ctx.v(states[0])]
+    else:
+        args += [ctx.v(seq), ctx.v(states[0])]
+    grid, block = ctx.flat_grid(b * hid)
+    name = ctx.kernel(STEP_KERNELS[op](act))
+    ctx.emit(f"for step in range({ctx.i(t)}):")
+    ctx.parts.launches += 1
+    ctx.emit(f"    {name}[{grid}, {block}]({', '.join(args + ['step', ctx.i(b), ctx.i(hid)])})")
+
+
+def render_stacked(ctx: Ctx) -> None:
+    """nn.RNN/LSTM/GRU's layers and directions: the reverse pass reads its input through a
+    time-reversing copy and writes its sequence back turned round into its half of the layer's
+    output; pass p's final h (and c) are copied into row p of the [layers·dirs, B, H] results."""
+    ctx.need_float()
+    a = ctx.node.attrs
+    b, t, _ = ctx.in_shape()
+    hid, dirs, layers = int(a["hidden"]), directions(a), num_layers(a)
+    outs = [ctx.alloc(i) for i in range(len(ctx.out_types))]
+    x = ctx.ins[0]
+    for layer in range(layers):
+        width = ctx.in_shape()[2] if layer == 0 else dirs * hid
+        out = outs[0] if layer == layers - 1 else ctx.temp((b, t, dirs * hid))
+        for d in range(dirs):
+            src = x
+            if d:
+                src = ctx.temp((b, t, width))
+                _time_copy(ctx, x, src, b, t, width, True, width, 0)
+            seq = ctx.temp((b, t, hid))
+            states = [ctx.temp((b, hid)) for _ in outs[1:]]
+            _pass(ctx, src, b, t, layer_suffix(layer, d), seq, states)
+            _time_copy(ctx, seq, out, b, t, hid, bool(d), dirs * hid, d * hid)
+            row = layer * dirs + d
+            for state, result in zip(states, outs[1:]):
+                copy_launch(ctx, ctx.f(state), ctx.f(result), (b, hid), (hid, 1), 0, (hid, 1), row * b * hid)
+        x = out
 
 
 RENDERERS = {

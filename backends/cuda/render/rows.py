@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from irc.backends.cpu.module import A1, A2, F32, Kernel
+from irc.backends.common.kernel import A1, A2, F32, Kernel
 from irc.backends.cuda.module import JIT
 from irc.backends.cuda.render.context import cdiv
 from irc.backends.cuda.render.reduce import block_reduce, buffer_size

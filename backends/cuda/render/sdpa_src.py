@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from irc.backends.cpu.module import A4, F32, I64, Kernel
+from irc.backends.common.kernel import A4, F32, I64, Kernel
 from irc.backends.cuda.module import jit_bounded
 from irc.backends.cuda.render.reduce import group_read, group_reduce
 from irc.diagnostics import IrcError

@@ -1,12 +1,12 @@
-"""The pieces of one generated module: its kernels (shared by name) and the driver's lines,
-and the text every generated module holds (argument types, signatures, its input error)."""
+"""A kernel as the code generators hold it (name, source, argument kinds), the argument
+kinds' numba spellings, and the pieces of one generated module (its kernels, shared by name,
+and its driver's lines): the same records in the cpu and cuda backends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from irc.backends.literals import check_identifier, str_literal
+from irc.backends.literals import check_identifier
 
 # Argument kinds of kernels, by the names the generated module gives them. Every array
 # is C-contiguous with a fixed rank, so one compiled signature serves every call site.
@@ -22,29 +22,6 @@ NUMBA_TYPES: dict[str, str] = {
     "I2": "int64[:, ::1]",
 }
 F32, F64, I64, A1, A2, A3, A4, I1, I2 = NUMBA_TYPES  # the names, for renderers to list
-
-
-# Reassociation lets LLVM vectorise float reductions (sums, sums of squares, softmax
-# denominators); without it each row's sum is one serial chain of dependent adds. No
-# ``nnan``/``ninf``: masked scores are -inf on purpose and must stay so.
-FASTMATH = '{"reassoc", "contract", "nsz", "arcp"}'
-
-
-def jit(parallel: bool = True, fastmath: bool = False) -> str:
-    """The decorator line of a kernel.
-
-    ``error_model="numpy"`` makes float division by zero give inf/nan instead of raising
-    (and lets divisions vectorise). Kernels are ``parallel`` by default: while a graph runs,
-    Numba's pool owns the cores and BLAS is single-threaded (:mod:`..threads`), so ``prange``
-    loops and the per-block BLAS calls inside them never compete with another pool.
-    ``fastmath`` allows reassociation for kernels whose inner loops are reductions.
-    """
-    flags = ["cache=True"]
-    if parallel:
-        flags.append("parallel=True")
-    if fastmath:
-        flags.append(f"fastmath={FASTMATH}")
-    return f'@njit({", ".join(flags)}, error_model="numpy")'
 
 
 @dataclass(frozen=True)
@@ -65,41 +42,6 @@ class Kernel:
         """The same signature as the generated module writes it: ``signature(A2, F32)``."""
         ret = "" if self.returns == "void" else f", returns={self.returns}"
         return f"signature({', '.join(self.args)}{ret})"
-
-
-# Text every generated module holds: the error its driver raises for a bad input, and the
-# message for a token id outside an embedding table (an f-string of the driver's locals).
-INPUT_ERROR = '''
-
-class InputError(ValueError):
-    """An input this graph cannot run on (such as a token id outside the table)."""
-'''
-BAD_TOKEN_ID = 'f"{where}: token id {token} (at flat position {position}) is outside its vocabulary [0, {vocab})"'
-
-# The generated module's preamble for SIGNATURES: the argument-type names and a helper.
-TYPES = """
-# Kernel argument types for numba: arrays are C-contiguous (::1) with a fixed rank.
-"""
-
-SIGNATURE_FN = '''
-
-def signature(*args, returns="void"):
-    return f"{returns}({', '.join(args)})"
-
-
-'''
-
-
-def signature_tables(kernels: Iterable[Kernel], note: str) -> list[str]:
-    """The argument-type names, ``signature()``, and SIGNATURES (``note`` comments it): the
-    same in every generated module that compiles its kernels eagerly."""
-    out = [TYPES]
-    out += [f"{name} = {str_literal(spelling)}\n" for name, spelling in NUMBA_TYPES.items()]
-    out.append(SIGNATURE_FN)
-    out.append(f"SIGNATURES = (  # {note}\n")
-    out += [f"    ({str_literal(k.name)}, {k.signature_code}),\n" for k in kernels]
-    out.append(")\n")
-    return out
 
 
 @dataclass

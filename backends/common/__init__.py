@@ -1,0 +1,1 @@
+"""What the CPU and CUDA code generators share (neither imports the other)."""
