@@ -17,7 +17,7 @@ def test_table_reads_with_separators_units_subtotals_and_bindings(irc_cli: Calla
     assert result.rc == 0, result.err
     out = result.out
     assert "bindings: B=1 (default batch), T=8,192 (-D" not in out
-    assert "B=1 (default batch), T=8,192 (default sequence)" in out
+    assert "B=1 (default batch), T=8,192 (--context)" in out
     assert re.search(r"^decoder\.0\.attn\s+attention\s+f32\[1,8192,4096\]\s+67,108,864\s", out, re.M)
     assert re.search(r"^  decoder\.0 subtotal\s+6 ops\s+201,342,976\s", out, re.M)
     assert "6,967,263,232" in out
@@ -34,7 +34,7 @@ def test_table_shows_receptive_fields_for_spatial_layers(irc_cli: Callable) -> N
 
 def test_json_has_the_documented_fields(irc_cli: Callable) -> None:
     report = json.loads(irc_cli(["analyze", str(SEED / "transformer_7b.arch"), "--json"]).out)
-    assert report["irc_analysis_version"] == 1
+    assert report["irc_analysis_version"] == 2
     for key in ("params", "flops_forward", "flops_forward_per_token", "flops_training_per_token", "weight_bytes",
                 "kv_cache_bytes_per_token"):
         assert isinstance(report["totals"][key], int), key
@@ -59,13 +59,14 @@ def test_bindings_from_flags_and_defaults(irc_cli: Callable) -> None:
     report = json.loads(irc_cli(["analyze", str(SEED / "lstm_512.arch"), "--json", "-D", "T=64"]).out)
     assert report["bindings"] == {"B": 1, "T": 64}
     assert report["binding_sources"] == {"B": "batch", "T": "-D"}
-    assert report["layers"][0]["type"] == "f32[1,64,512]"
+    assert report["layers"][0]["type"] == {"dtype": "f32", "shape": [1, 64, 512]}
     report = json.loads(irc_cli(["analyze", str(SEED / "lstm_512.arch"), "--json", "--context", "300"]).out)
     assert report["bindings"]["T"] == 300
-    # a learned position table sets the default sequence length: BERT-base has 512 positions
+    # the declared context sets the default sequence length: BERT-base declares ctx = 512
     report = json.loads(irc_cli(["analyze", str(ROOT / "models" / "bert_base.arch"), "--json"]).out)
     assert report["bindings"]["T"] == 512
-    assert report["binding_sources"]["T"] == "sequence"
+    assert report["binding_sources"]["T"] == "context"
+    assert report["binding_notes"]["T"].startswith("T=512 (the model's ctx at ")
 
 
 def test_an_unplaceable_symbol_asks_for_a_binding(irc_cli: Callable, tmp_path: Path) -> None:
@@ -93,3 +94,12 @@ def test_writes_to_a_file_and_reads_ir_dumps(irc_cli: Callable, tmp_path: Path) 
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["bindings"] == {"B": 1, "H": 224, "W": 224}
     assert [x["receptive_field"] for x in report["layers"] if x["op"] == "conv2d"] == [7, 11, 15]
+
+
+def test_dtype_aliases_and_token_suffixes_are_accepted(irc_cli) -> None:
+    """--dtype takes PyTorch's names (fp16, bfloat16), --context the k suffix -D takes."""
+    a = irc_cli(["analyze", "models/gpt2_small.arch", "--dtype", "fp16", "--context", "1k", "--json"])
+    b = irc_cli(["analyze", "models/gpt2_small.arch", "--dtype", "f16", "--context", "1024", "--json"])
+    assert a.rc == 0 and a.out == b.out
+    bad = irc_cli(["analyze", "models/gpt2_small.arch", "--context", "2q"])
+    assert bad.rc == 2 and "4k" in bad.err

@@ -43,7 +43,7 @@ def test_a_chain_holds_two_buffers_at_its_peak(analyze: Callable, tmp_path: Path
     one = 1000 * 4
     assert totals["activation_bytes"] == 4 * one  # x and three results
     assert totals["peak_activation_bytes"] == 2 * one  # each op's input and its result
-    assert totals["saved_activation_bytes_training"] == 4 * one
+    assert totals["saved_activation_bytes_backward"] == 4 * one
 
 
 def test_a_residual_keeps_its_input_alive(analyze: Callable, tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_attention_peak_includes_its_score_matrix(analyze: Callable, tmp_path: P
     q_k_v_context = 4 * x
     scores = b * heads * t * t
     assert totals["peak_activation_bytes"] == 4 * (x + x + q_k_v_context + scores)  # input, result, intermediates
-    assert totals["saved_activation_bytes_training"] == 4 * (x + x + q_k_v_context + scores)
+    assert totals["saved_activation_bytes_backward"] == 4 * (x + x + q_k_v_context + scores)
 
 
 @pytest.mark.parametrize("kv_dtype, width", [("f32", 4), ("f16", 2), ("bf16", 2), ("int8", 1)])

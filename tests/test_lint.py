@@ -9,6 +9,7 @@ are re-derived here from the chapter's formulas and published sizes, not from ir
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 from pathlib import Path
@@ -41,18 +42,18 @@ def _sci(x: float) -> str:
 @pytest.mark.parametrize("arch", CASES, ids=lambda p: p.stem)
 def test_golden_output(arch: Path, irc_cli, golden) -> None:
     result = _lint(irc_cli, arch)
-    assert result.rc == 0 and result.err == ""
-    golden.check(arch.with_suffix(".out"), result.out)
+    assert result.rc == 0 and result.out == ""  # diagnostics go to stderr, as every command's do
+    golden.check(arch.with_suffix(".out"), result.err)
 
 
 @pytest.mark.parametrize("arch", [p for p in CASES if not p.stem.endswith("_ok")], ids=lambda p: p.stem)
 def test_trigger_model_gives_exactly_its_warning(arch: Path, irc_cli) -> None:
-    assert set(_CODE.findall(_lint(irc_cli, arch).out)) == {_code(arch)}
+    assert set(_CODE.findall(_lint(irc_cli, arch).err)) == {_code(arch)}
 
 
 @pytest.mark.parametrize("arch", [p for p in CASES if p.stem.endswith("_ok")], ids=lambda p: p.stem)
 def test_clean_model_gives_no_warning(arch: Path, irc_cli) -> None:
-    assert _lint(irc_cli, arch).out == ""
+    assert _lint(irc_cli, arch).err == ""
 
 
 def test_every_rule_has_a_trigger_and_a_clean_model() -> None:
@@ -65,7 +66,7 @@ def test_every_rule_has_a_trigger_and_a_clean_model() -> None:
 
 def test_lstm_forget_bias_zero(irc_cli) -> None:
     """IRC-W108 quotes the chapter's 0.50^100 for a forget gate that starts at b_f = 0."""
-    out = _lint(irc_cli, LINT / "w108_forget_bias_zero.arch").out
+    out = _lint(irc_cli, LINT / "w108_forget_bias_zero.arch").err
     assert f"0.50^100 = {_sci(0.5 ** 100)}" in out  # the chapter's 7.9e-31
 
 
@@ -74,8 +75,8 @@ def test_lstm_forget_bias_zero(irc_cli) -> None:
 
 def _out(irc_cli, path: str, *flags: str) -> str:
     result = irc_cli(["lint", path, *flags], cwd=ROOT)
-    assert result.rc == 0, result.err
-    return result.out
+    assert result.rc == 0 and result.out == "", result.err
+    return result.err
 
 
 def test_unscaled_attention_numbers(irc_cli) -> None:
@@ -220,13 +221,29 @@ def test_t5_unscaled_attention_is_flagged_with_its_init_note(irc_cli) -> None:
 ZOO = {
     "models/bert_base.arch": set(),  # post-LN at 12 layers: at the threshold, not past it
     "models/gpt2_small.arch": set(),
-    "models/llama2_7b.arch": set(),  # untied, but its head is 1.9% of 6.74B
+    # untied, but its head is 1.9% of 6.74B; at its own 4,096-token context the MHA cache is 2 GiB a sequence
+    "models/llama2_7b.arch": {"IRC-W118"},
     "models/lstm_lm.arch": {"IRC-W116"},  # untied 650 × 10,000 decoder is a third of the model
-    "models/mistral_7b.arch": set(),
+    "models/mistral_7b.arch": set(),  # 32k context, but the 4,096-token window bounds attention (no W117)
     "models/mlp.arch": set(),  # the input is already a flat vector: no image shape to judge
     "models/resnet18.arch": set(),
     "models/t5_small.arch": {"IRC-W102"},  # scale=1 (T5 compensates in its init; irc's does not)
     "models/vgg16.arch": {"IRC-W111"},  # 25,088 → 4,096 flatten head: 74% of the parameters
+    # the vision zoo: every deep path has identity shortcuts (MobileNetV2, EfficientNet, ConvNeXt, ViT) or
+    # concatenated ones (DenseNet, U-Net), so no W109; the classifiers pool (or read the class token) instead
+    # of flattening a map (no W110/W111) and their fields cover 224² (no W112); ViT adds a learned position
+    # table (a param, so no W101) and is pre-LN with a final norm (no W103); its 3,072 and ConvNeXt's 4·C
+    # hidden widths are multiples of the tile (no W114); dropout follows the pooling, never a BatchNorm (no W106)
+    "models/convnext_tiny.arch": set(),
+    "models/densenet121.arch": set(),
+    "models/efficientnet_b0.arch": set(),
+    "models/mobilenet_v2.arch": set(),
+    # U-Net's field is r = 200 (bottleneck 140 at jump 16, + 4·(8 + 4 + 2 + 1) from the decoder's double
+    # convs) against its 512² input: true of the published network, which Ronneberger et al. run as
+    # overlapping tiles for that reason
+    "models/unet.arch": {"IRC-W112"},
+    "models/vit_b_16.arch": set(),
+    "models/whisper_tiny_encoder.arch": set(),  # sinusoidal positions, scaled attention, pre-LN with a final norm
     "models/seed/conv3x3.arch": set(),
     "models/seed/dense_on_image.arch": {"IRC-W110"},
     "models/seed/dilated_stack.arch": set(),
@@ -265,14 +282,14 @@ def test_no_code_silences(irc_cli) -> None:
     arch = LINT / "w103_no_final_norm.arch"
     for flag in ("no-IRC-W103", "no-w103", "no-prenorm-no-final-norm"):
         result = _lint(irc_cli, arch, "-W", flag)
-        assert (result.rc, result.out) == (0, "")
+        assert (result.rc, result.out, result.err) == (0, "", "")
 
 
 def test_error_code_promotes_and_exits_1(irc_cli) -> None:
     arch = LINT / "w103_no_final_norm.arch"
     result = _lint(irc_cli, arch, "-W", "error=IRC-W103")
     assert result.rc == 1
-    assert ": error: pre-LN stack" in result.out and result.out.endswith("1 error generated.\n")
+    assert ": error: pre-LN stack" in result.err and result.err.endswith("1 error generated.\n")
     assert _lint(irc_cli, arch, "-W", "error=IRC-W101").rc == 0  # another code stays a warning
 
 
@@ -281,13 +298,13 @@ def test_error_promotes_all_and_later_flags_win(irc_cli) -> None:
     assert _lint(irc_cli, arch, "-W", "error").rc == 1
     assert _lint(irc_cli, arch, "-W", "error", "-W", "no-error=W103").rc == 0
     assert _lint(irc_cli, arch, "-W", "error", "-W", "no-W103").rc == 0
-    assert _lint(irc_cli, arch, "-W", "no-W103", "-W", "W103").out != ""
+    assert _lint(irc_cli, arch, "-W", "no-W103", "-W", "W103").err != ""
 
 
 def test_no_all_silences_everything_and_all_restores(irc_cli) -> None:
     arch = LINT / "w103_no_final_norm.arch"
-    assert _lint(irc_cli, arch, "-W", "no-all").out == ""
-    assert "[IRC-W103]" in _lint(irc_cli, arch, "-W", "no-all", "-W", "all").out
+    assert _lint(irc_cli, arch, "-W", "no-all").err == ""
+    assert "[IRC-W103]" in _lint(irc_cli, arch, "-W", "no-all", "-W", "all").err
 
 
 def test_print_lints_writes_to_any_stream() -> None:
@@ -320,3 +337,54 @@ def test_every_code_is_documented() -> None:
     doc = (ROOT / "docs" / "lints.md").read_text(encoding="utf-8")
     for code, rule in RULES.items():
         assert f"## {code} {rule.name}" in doc
+
+
+# -- --list, --explain, --format json|sarif, library warnings at the user's call -----------------
+
+
+def test_list_names_every_rule(irc_cli) -> None:
+    result = irc_cli(["lint", "--list"])
+    assert result.rc == 0 and result.err == ""
+    lines = result.out.splitlines()
+    assert [line.split()[0] for line in lines] == sorted(RULES)
+    assert all(RULES[line.split()[0]].name == line.split()[1] for line in lines)
+
+
+def test_explain_prints_the_rule_section(irc_cli) -> None:
+    result = irc_cli(["lint", "--explain", "w103"])
+    assert result.rc == 0
+    assert result.out.startswith("IRC-W103 prenorm-no-final-norm: ")
+    assert "**Mechanism**" in result.out and "**Fix**" in result.out and "## IRC-W104" not in result.out
+    assert irc_cli(["lint", "--explain", "W999"]).rc == 2
+    assert irc_cli(["lint", str(LINT / "w101_ok.arch"), "--list"]).rc == 2  # rules or a model, not both
+
+
+def test_json_report(irc_cli) -> None:
+    arch = LINT / "w103_no_final_norm.arch"
+    result = _lint(irc_cli, arch, "--format", "json", "-W", "error=W103")
+    assert result.rc == 1 and result.err == ""
+    report = json.loads(result.out)
+    (w,) = report["warnings"]
+    assert (w["code"], w["severity"], w["file"]) == ("IRC-W103", "error", arch.name)
+    assert report["counts"] == {"warnings": 0, "errors": 1} and w["fix"].startswith("normalize")
+
+
+def test_sarif_report(irc_cli) -> None:
+    arch = LINT / "w110_dense_on_pixels.arch"
+    sarif = json.loads(_lint(irc_cli, arch, "--format", "sarif").out)
+    assert sarif["version"] == "2.1.0"
+    run = sarif["runs"][0]
+    assert [r["id"] for r in run["tool"]["driver"]["rules"]] == sorted(RULES)
+    (result,) = run["results"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert (result["ruleId"], result["level"], region["startLine"], region["startColumn"]) == \
+        ("IRC-W110", "warning", 5, 14)
+    assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "IRC-W110"
+
+
+def test_library_warnings_point_at_the_users_call(irc_cli) -> None:
+    err = _out(irc_cli, "models/t5_small.arch")
+    first = err.splitlines()[0]
+    assert first.startswith("models/t5_small.arch:") and "[IRC-W102]" in first
+    assert "t5_encoder(" in err.splitlines()[1]  # the quoted line is the user's call
+    assert "note: inside the library block 't5_encoder' at <lib>/transformer.arch:" in err

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from irc.analysis.bindings import Binding, default_bindings, input_layouts
+from irc.analysis.bindings import Binding, default_bindings, input_layouts, symbol_roles
+from irc.analysis.bytes_moved import Traffic, op_traffic, weight_tables, weight_values
 from irc.analysis.flops import KINDS, Cost, node_cost, training_flops
 from irc.analysis.groups import group_of
 from irc.analysis.kv_cache import KVCache, analyse_kv
@@ -15,7 +16,7 @@ from irc.analysis.params import owned_params
 from irc.analysis.receptive import RJ, receptive_fields
 from irc.analysis.regions import relu_mlp_regions
 from irc.analysis.transformer import transformer_figures
-from irc.diagnostics import IrcError
+from irc.diagnostics import IrcError, UsageError
 from irc.dims import dim_symbols
 from irc.graph import Graph
 from irc.types import DTYPE_BYTES, TensorType
@@ -46,6 +47,7 @@ class Row:
     flops_training: int
     activation_bytes: int
     rj: RJ | None
+    traffic: Traffic  # bytes read (operands, weights) and written (results), --dtype / --act-dtype
 
 
 @dataclass
@@ -75,17 +77,40 @@ class Analysis:
     final_rj: RJ | None
     transformer: dict[str, Any] | None
     relu_mlp: dict[str, Any] | None
+    training: dict[str, Any] | None = None  # --train: memory per device under a parallel plan
+    performance: dict[str, Any] | None = None  # --hardware: roofline times, prefill and decode
+    times: list[Any] | None = None  # --hardware: the prefill pass's roofline.OpTime per row
 
 
 def load_for_analysis(path: str | Path, given: dict[str, int], model: str | None,
-                      context: int | None) -> tuple[Graph, list[Binding]]:
-    """The typed graph with every symbol bound: -D values first, then defaults by role."""
-    from irc.passes.bind import bind_symbols
-    from irc.passes.shape_infer import shape_infer
+                      context: int | None, batch: int | None = None) -> tuple[Graph, list[Binding]]:
+    """The typed graph with every symbol bound: -D values first, then defaults by role
+    (``batch``, from --micro-batch, binds the batch symbol)."""
     from irc.pipeline import load_graph
 
-    graph = load_graph(path, given, model)
+    return bind_for_analysis(load_graph(path, given, model), given, context, batch)
+
+
+def bind_for_analysis(graph: Graph, given: dict[str, int], context: int | None,
+                      batch: int | None = None) -> tuple[Graph, list[Binding]]:
+    """Bind every symbol ``graph`` still has: defaults by role; ``batch`` for the batch symbol."""
+    from irc.passes.bind import bind_symbols
+    from irc.passes.shape_infer import shape_infer
+
     bindings = default_bindings(graph, given, context)
+    if batch is not None:
+        roles = symbol_roles(graph)
+        batch_symbols = [b for b in bindings if roles.get(b.name) == "batch"]
+        clash = next((b for b in batch_symbols if b.source != "batch" and b.value != batch), None)
+        fixed = next((n.types[0].shape[0] for n in graph.inputs() if n.types[0].rank
+                      and isinstance(n.types[0].shape[0], int)), None) if not batch_symbols else None
+        if clash or not batch_symbols and fixed != batch:
+            why = (f"the batch {clash.name} is already {clash.value:,} ({clash.source})" if clash
+                   else f"the model's batch is already {fixed:,} (fixed in the model or by -D)" if fixed
+                   else f"'{graph.name}' has no batch axis to bind")
+            raise UsageError(f"--micro-batch {batch}: {why}")
+        bindings = [Binding(b.name, batch, "--micro-batch") if roles.get(b.name) == "batch" and b.source == "batch"
+                    else b for b in bindings]
     missing = {b.name: b.value for b in bindings if b.name in graph.symbols and b.name not in graph.bindings}
     if missing:
         graph = shape_infer(bind_symbols(graph, missing))
@@ -123,13 +148,15 @@ def analyze_graph(graph: Graph, bindings: list[Binding], options: Options) -> An
     types = graph.value_types()
     owned = owned_params(graph)
     rjs = receptive_fields(graph)
+    tables, lowered = weight_tables(graph), weight_values(graph)
     rows: list[Row] = []
     for i, (node, (p, b, shared)) in enumerate(zip(graph.nodes, owned)):
         cost = node_cost(node, [types[v] for v in node.inputs])
         act = 0 if node.op in ALIASES else sum(value_bytes(t, options.act_dtype) for t in node.types)
+        traffic = op_traffic(node, types, options.dtype, options.act_dtype, tables, lowered)
         rows.append(Row(i, node.outputs[0], node.op, node.scope, group_of(node), node.types, node.attrs,
                         int(p), int(b), shared, node.weights, cost, training_flops(cost), act,
-                        rjs.get(node.outputs[0])))
+                        rjs.get(node.outputs[0]), traffic))
     groups = _groups(rows)
     memory = analyse_memory(graph, options.act_dtype)
     kv = analyse_kv(graph, options.kv_dtype, options.act_dtype)
@@ -154,7 +181,9 @@ def analyze_graph(graph: Graph, bindings: list[Binding], options: Options) -> An
         "buffer_bytes": buffers * int(DTYPE_BYTES[options.dtype]),
         "activation_bytes": memory.activation_bytes,
         "peak_activation_bytes": memory.peak_live_bytes,
-        "saved_activation_bytes_training": memory.saved_for_training_bytes,
+        "saved_activation_bytes_backward": memory.saved_for_training_bytes,
+        "bytes_read": sum(r.traffic.read for r in rows),
+        "bytes_written": sum(r.traffic.written for r in rows),
         "kv_cache_bytes_per_token": kv.per_token_bytes,
         "kv_cache_context_tokens": context if kv.cached_layers else None,
         "kv_cache_bytes": kv.bytes_at(context) * batch if kv.cached_layers and context else 0,

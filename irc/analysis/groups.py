@@ -30,3 +30,21 @@ def group_of(node: Node) -> str:
         if part.isdigit():
             return ".".join(parts[: i + 1])
     return parts[0]
+
+
+def fold_key(name: str, depth: int) -> str:
+    """The row ``name`` folds into at ``--depth depth``: its first ``depth`` named path parts, with
+    every repeat index replaced by ``*`` so the copies of a ``repeat(N)`` block share one row
+    (``decoder.3.attn`` is ``decoder.*`` at depth 1 and ``decoder.*.attn`` at depth 2)."""
+    out: list[str] = []
+    named = 0
+    for part in name.split("."):
+        if part.isdigit():
+            if out:
+                out.append("*")
+            continue
+        if named == depth:
+            break
+        out.append(part)
+        named += 1
+    return ".".join(out)

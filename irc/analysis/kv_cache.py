@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 
 from irc.graph import Graph
 from irc.ops.attention import head_dim, is_cross, kv_heads
+from irc.ops.registry import ops_with
 from irc.types import DTYPE_BYTES
+
+RECURRENT = ops_with("recurrent")
 
 
 @dataclass
@@ -45,7 +48,7 @@ def analyse_kv(graph: Graph, kv_dtype: str, act_dtype: str) -> KVCache:
     per_token = cross = layers = state = 0
     windows: list[tuple[int, int]] = []
     for node in graph.nodes:
-        if node.op in ("rnn", "lstm", "gru"):
+        if node.op in RECURRENT:  # the state a step carries, not a cache
             state += sum(int(t.numel()) for t in node.types[1:]) * int(DTYPE_BYTES[act_dtype])
             continue
         if node.op != "attention":

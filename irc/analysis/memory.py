@@ -1,9 +1,10 @@
 """Activation memory: bytes per value, peak live bytes by liveness, activations saved for training.
 
-A value is a buffer unless its op only re-views its input (``ALIASES``); a view extends
-the life of the buffer it views. Composite ops also hold intermediates of their own
-(``internal_elements``): attention's q, k, v, probabilities and context, an FFN's hidden
-layer, recurrent gates. Those live while the op runs (they count toward the peak) and are
+A value is a buffer unless its op's record marks it a ``view`` (it re-views its input); a view
+extends the life of the buffer it views. A ``param`` (a lowered weight) is a weight, not an
+activation: it is counted with the weights, never here. Composite ops also hold intermediates of
+their own (their record's ``internal``): attention's q, k, v, probabilities and context, an FFN's
+hidden layer, recurrent gates. Those live while the op runs (they count toward the peak) and are
 what backpropagation keeps (they count toward the saved activations).
 """
 
@@ -12,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from irc.graph import Graph, Node
-from irc.ops.attention import head_dim, kv_heads
+from irc.ops import get_op
+from irc.ops.registry import ops_with
 from irc.types import DTYPE_BYTES, TensorType
 
-# ops whose result shares its input's buffer (inference-time dropout is the identity)
-ALIASES = frozenset({"flatten", "reshape", "transpose", "select", "slice", "split", "dropout", "identity"})
+# ops whose result shares its input's buffer (inference-time dropout is the identity), and param,
+# whose result is a weight
+ALIASES = ops_with("view")
 
 
 def value_bytes(t: TensorType, act_dtype: str) -> int:
@@ -27,25 +30,8 @@ def value_bytes(t: TensorType, act_dtype: str) -> int:
 
 def internal_elements(node: Node, ins: list[TensorType]) -> int:
     """Elements a composite op materialises besides its result."""
-    op, a = node.op, node.attrs
-    if op == "attention":
-        x = ins[0]
-        kv = ins[1] if len(ins) > 1 else x
-        b, t, d = x.shape
-        s = kv.shape[1]
-        hd = head_dim(a, d)
-        q_and_context = 2 * b * t * a["heads"] * hd
-        k_and_v = 2 * b * s * kv_heads(a) * hd
-        probs = b * a["heads"] * t * s  # the full score matrix, as an unfused kernel holds it
-        return q_and_context + k_and_v + probs
-    if op in ("ffn", "swiglu"):
-        rows = ins[0].numel() // ins[0].shape[-1]
-        return (2 if op == "ffn" else 3) * rows * a["hidden"]  # pre/post activation; gate, up, product
-    if op in ("rnn", "lstm", "gru"):
-        b, steps, _ = ins[0].shape
-        per_unit = {"rnn": 1, "lstm": 6, "gru": 4}[op]  # gates (+ c_t and tanh c_t; + r⊙h)
-        return b * steps * a["hidden"] * per_unit
-    return 0
+    opdef = get_op(node.op)
+    return opdef.internal_elements(node.attrs, ins) if opdef is not None else 0
 
 
 @dataclass
@@ -70,6 +56,11 @@ def analyse_memory(graph: Graph, act_dtype: str) -> Memory:
         for v in node.inputs:
             last[root[v]] = i
         if node.op in ALIASES:
+            if not node.inputs:  # a weight (param): not an activation buffer at all
+                for v in node.outputs:
+                    root[v] = v
+                    last[v] = i
+                continue
             for v in node.outputs:
                 root[v] = root[node.inputs[0]]
             continue

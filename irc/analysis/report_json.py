@@ -1,4 +1,6 @@
-"""The analysis as JSON; the schema (versioned) is documented in docs/analysis-json.md."""
+"""The analysis as JSON; the schema (versioned) is documented in docs/analysis-json.md and given as a
+JSON Schema in docs/analysis-schema.json. Types are objects ``{"dtype", "shape"}``, as in
+``irc compile --emit json``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from irc.analysis.analyze import Analysis, Row
 from irc.analysis.receptive import scalar_or_list
 from irc.dims import Sym
 
-ANALYSIS_JSON_VERSION = 1
+ANALYSIS_JSON_VERSION = 2  # 2: types as objects, bytes moved, weight keys, training, performance
 
 
 def _attr(v: Any) -> Any:
@@ -22,11 +24,27 @@ def _attr(v: Any) -> Any:
     return v
 
 
-def _type(t) -> str:
-    return str(t)
+def _type(t) -> dict[str, Any]:
+    return {"dtype": t.dtype, "shape": [d if isinstance(d, int) else str(d) for d in t.shape]}
 
 
-def _layer(r: Row) -> dict[str, Any]:
+def _weight_keys(r: Row, a: Analysis) -> list[str]:
+    """The keys ``irc run --weights`` reads for this layer (``scope.name``), shared ones included."""
+    from irc.analysis.params import node_params
+
+    node = a.graph.nodes[r.index]
+    params, buffers = node_params(node, a.graph.value_types())
+    return [f"{node.weights}.{k}" if node.weights else k for k in [*params, *buffers]]
+
+
+def _time(a: Analysis, r: Row) -> dict[str, Any] | None:
+    if not a.times:
+        return None
+    t = a.times[r.index]
+    return {"time_s": t.time_s, "bound": t.bound or None, "compute_s": t.compute_s, "memory_s": t.memory_s}
+
+
+def _layer(r: Row, a: Analysis) -> dict[str, Any]:
     return {
         "name": r.name,
         "op": r.op,
@@ -39,6 +57,7 @@ def _layer(r: Row) -> dict[str, Any]:
         "buffers": r.buffers,
         "shared_weights": r.shared,
         "weights": r.weights,
+        "weight_keys": _weight_keys(r, a),
         "macs_forward": r.cost.macs,
         "flops_forward": r.cost.total,
         "flops_forward_by_kind": dict(sorted(r.cost.flops.items())),
@@ -46,6 +65,11 @@ def _layer(r: Row) -> dict[str, Any]:
         "activation_bytes": r.activation_bytes,
         "receptive_field": scalar_or_list(r.rj[0]) if r.rj else None,
         "jump": scalar_or_list(r.rj[1]) if r.rj else None,
+        "bytes_read": r.traffic.read,
+        "bytes_weights": r.traffic.weights,
+        "bytes_written": r.traffic.written,
+        "arithmetic_intensity": round(r.cost.total / r.traffic.total, 4) if r.traffic.total else None,
+        "roofline": _time(a, r),
     }
 
 
@@ -56,6 +80,7 @@ def analysis_to_json(a: Analysis, file: str) -> dict[str, Any]:
         "file": file,
         "bindings": {b.name: b.value for b in a.bindings},
         "binding_sources": {b.name: b.source for b in a.bindings},
+        "binding_notes": {b.name: b.describe() for b in a.bindings},
         "settings": {"dtype": a.options.dtype, "kv_dtype": a.options.kv_dtype, "act_dtype": a.options.act_dtype,
                      "context": a.options.context},
         "totals": a.totals,
@@ -70,5 +95,7 @@ def analysis_to_json(a: Analysis, file: str) -> dict[str, Any]:
              "flops_training": g.flops_training, "activation_bytes": g.activation_bytes}
             for g in a.groups
         ],
-        "layers": [_layer(r) for r in a.rows],
+        "training": a.training,
+        "performance": a.performance,
+        "layers": [_layer(r, a) for r in a.rows],
     }

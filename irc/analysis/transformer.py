@@ -14,9 +14,12 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from irc.analysis.flops import attention_flops_per_pair
+from irc.ops.registry import ops_with
 
 if TYPE_CHECKING:
     from irc.analysis.analyze import Row
+
+EMBEDDINGS = ops_with("embedding")
 
 
 def _number(q: Fraction) -> int | float:
@@ -41,7 +44,7 @@ def transformer_figures(rows: list[Row], totals: dict[str, Any], context: int | 
         "layers": layers,
         "d_model": attention[0].types[0].shape[-1],
         "params_in_blocks": sum(r.params for r in in_blocks),
-        "params_embedding": sum(r.params for r in rows if r.op == "embedding"),
+        "params_embedding": sum(r.params for r in rows if r.op in EMBEDDINGS),  # token tables and learned positions
         "flops_forward_per_token": totals["flops_forward_per_token"],
         "two_n": 2 * n_params,
         "forward_vs_2n": round(totals["flops_forward"] / (tokens * 2 * n_params), 4) if n_params else None,

@@ -37,3 +37,16 @@ def count_words(n: int) -> str:
         if n >= scale:
             return f"{_trim(n / scale)} {word}"
     return str(n)
+
+
+def seconds(s: float) -> str:
+    """0.00402 → '4.02 ms'; 3e-7 → '300 ns'."""
+    for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if s >= scale:
+            return f"{_trim(s / scale)} {unit}"
+    return f"{_trim(s / 1e-9)} ns"
+
+
+def decimal_bytes(n: int | float) -> str:
+    """1000-based, as ZeRO and the data sheets write them: 31,406,250,000 → '31.41 GB'."""
+    return si(n, "B")

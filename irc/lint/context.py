@@ -12,13 +12,14 @@ from functools import cached_property
 
 from irc.diagnostics import IrcError
 from irc.graph import Graph, Node
+from irc.ops.registry import ops_with
 from irc.types import TensorType
 
-NORMS = frozenset({"layernorm", "rmsnorm"})
-RECURRENT = frozenset({"rnn", "lstm", "gru"})
-# ops that keep a value's meaning (no weights, no mixing across positions or channels)
-PASS_THROUGH = frozenset({"dropout", "identity"})
-ACTIVATIONS = frozenset({"relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "abs", "identity", "softmax"})
+# op classes the rules ask about, from the op records (irc/ops/registry.py CLASSES)
+NORMS = ops_with("norm")
+RECURRENT = ops_with("recurrent")
+PASS_THROUGH = ops_with("pass_through")  # keep a value's meaning: no weights, no mixing
+ACTIVATIONS = ops_with("activation")
 
 
 class LintContext:

@@ -1,24 +1,33 @@
 """Warnings as a compiler prints them: ``file:line:col: warning: message [CODE]``, the source
-line with a caret, then ``note:`` (the mechanism and any extra notes) and ``help:`` (the fix)."""
+line with a caret, then ``note:`` (the mechanism and any extra notes) and ``help:`` (the fix);
+and as machine-readable reports: irc's own JSON and SARIF 2.1.0 (code-scanning tools read it)."""
 
 from __future__ import annotations
 
-from irc.diagnostics import SOURCES
+from typing import Any
+
+from irc.diagnostics import SOURCES, _message, _paint, quote, source_window
 from irc.lint.warning import LintWarning
 
+LINT_JSON_VERSION = 1
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
-def render_warning(w: LintWarning, severity: str = "warning") -> str:
-    where = f"{w.loc}: " if w.loc is not None else "irc: "
-    lines = [f"{where}{severity}: {w.message} [{w.code}]"]
+
+def render_warning(w: LintWarning, severity: str = "warning", color: bool = False) -> str:
+    """The warning as irc's errors render (irc.diagnostics.render): what is quoted from the user's file
+    escaped and windowed for the terminal, labels coloured when ``color``."""
+    where = f"{_paint(quote(str(w.loc)) + ':', 'bold', color)} " if w.loc is not None else "irc: "
+    lines = [f"{where}{_paint(severity + ':', severity, color)} {_message(w.message)} [{w.code}]"]
     text = SOURCES.get(w.loc.file) if w.loc is not None else None
     if text is not None:
-        src_lines = text.splitlines()
+        src_lines = [ln.removesuffix("\r") for ln in text.split("\n")]
         if 1 <= w.loc.line <= len(src_lines):
-            lines.append(f"  {w.loc.line:>4} | {src_lines[w.loc.line - 1].expandtabs(1)}")
-            lines.append(f"       | {' ' * max(w.loc.col - 1, 0)}^")
-    lines.append(f"note: {w.mechanism}")
-    lines.extend(f"note: {n}" for n in w.notes)
-    lines.append(f"help: {w.fix}")
+            src, caret = source_window(src_lines[w.loc.line - 1].expandtabs(1), w.loc.col)
+            lines.append(f"  {w.loc.line:>4} | {src}")
+            lines.append(f"       | {' ' * caret}{_paint('^', 'caret', color)}")
+    lines.append(f"{_paint('note:', 'note', color)} {_message(w.mechanism)}")
+    lines.extend(f"{_paint('note:', 'note', color)} {_message(n)}" for n in w.notes)
+    lines.append(f"{_paint('help:', 'note', color)} {_message(w.fix)}")
     return "\n".join(lines)
 
 
@@ -29,3 +38,41 @@ def summary(warnings: int, errors: int) -> str:
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''}")
     return " and ".join(parts) + " generated." if parts else ""
+
+
+def _warning_json(w: LintWarning, severity: str) -> dict[str, Any]:
+    return {"code": w.code, "name": w.name, "severity": severity,
+            "file": w.loc.file if w.loc else None, "line": w.loc.line if w.loc else None,
+            "column": w.loc.col if w.loc else None, "message": w.message, "mechanism": w.mechanism,
+            "notes": list(w.notes), "fix": w.fix}
+
+
+def lint_json(model: str, file: str, warnings: list[LintWarning], severities: list[str]) -> dict[str, Any]:
+    return {"irc_lint_version": LINT_JSON_VERSION, "model": model, "file": file,
+            "warnings": [_warning_json(w, s) for w, s in zip(warnings, severities)],
+            "counts": {"warnings": severities.count("warning"), "errors": severities.count("error")}}
+
+
+def lint_sarif(warnings: list[LintWarning], severities: list[str]) -> dict[str, Any]:
+    """One SARIF 2.1.0 run: the rule table (every code) and one result per warning."""
+    from irc import __version__
+    from irc.lint.registry import RULES
+
+    codes = sorted(RULES)
+    rules = [{"id": c, "name": RULES[c].name, "shortDescription": {"text": RULES[c].summary},
+              "helpUri": f"docs/lints.md#{c.lower()}-{RULES[c].name}"} for c in codes]
+    results = []
+    for w, severity in zip(warnings, severities):
+        result: dict[str, Any] = {
+            "ruleId": w.code, "ruleIndex": codes.index(w.code), "level": severity,
+            "message": {"text": f"{w.message}. {w.mechanism}. Fix: {w.fix}"},
+            "properties": {"mechanism": w.mechanism, "fix": w.fix, "notes": list(w.notes)},
+        }
+        if w.loc is not None:
+            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": w.loc.file},
+                                                         "region": {"startLine": w.loc.line,
+                                                                    "startColumn": w.loc.col}}}]
+        results.append(result)
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0",
+            "runs": [{"tool": {"driver": {"name": "irc", "version": __version__, "rules": rules}},
+                      "results": results}]}

@@ -5,17 +5,20 @@ from __future__ import annotations
 import math
 
 from irc.graph import Node
-from irc.lint.context import RECURRENT, LintContext
+from irc.lint.context import LintContext
 from irc.lint.numbers import fixed, sci, sig
 from irc.lint.registry import Finding, rule
 from irc.ops.attention import head_dim, is_cross
+from irc.ops.registry import ops_with
+
+POSITION_SOURCES = ops_with("position")  # learned or fixed tables, relative biases, convolutions, recurrences
 
 
 def gives_position(node: Node) -> bool:
     """Ops that let later layers tell positions apart."""
     if node.op == "attention":
         return bool(node.attrs.get("rope")) or node.attrs.get("rel_buckets") is not None
-    return node.op in ("positional", "conv1d", "rel_position_bias") or node.op in RECURRENT
+    return node.op in POSITION_SOURCES
 
 
 @rule("IRC-W101", "attention-no-position", "self-attention with no positional information upstream")

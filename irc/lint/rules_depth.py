@@ -5,6 +5,7 @@ from __future__ import annotations
 from irc.lint.context import LintContext
 from irc.lint.numbers import sci
 from irc.lint.registry import Finding, rule
+from irc.ops import get_op
 
 RNN_S = 0.84  # the chapter's per-step factor: max|tanh'| ≈ 0.42 at healthy pre-activations, ‖W‖ = 2
 RNN_MIN_STEPS = 50  # 0.84^50 = 1.6e-4: "swamped by nearer-term gradients"
@@ -67,30 +68,50 @@ def lstm_forget_bias(ctx: LintContext) -> list[Finding]:
     return out
 
 
-# weight matrices a gradient crosses on the shortest path through each op
-WEIGHTED_DEPTH = {"linear": 1, "conv1d": 1, "conv2d": 1, "ffn": 2, "swiglu": 2, "attention": 2,
-                  "rnn": 1, "lstm": 1, "gru": 1, "unembed": 1}
 PLAIN_MAX_DEPTH = 20  # the chapter: plain 56-layer nets trained worse than 20-layer ones
 JACOBIAN_NORM = 0.8
 
 
+def _depth(op: str) -> int:
+    """Weight matrices a gradient crosses on the shortest path through the op (its record's depth)."""
+    opdef = get_op(op)
+    return opdef.depth if opdef is not None else 0
+
+
 @rule("IRC-W109", "deep-plain-stack", f"more than {PLAIN_MAX_DEPTH} weighted layers with no residual path")
 def deep_plain(ctx: LintContext) -> list[Finding]:
-    # the shortest path (in weighted layers) from an input to each value: a residual add
-    # takes the skip's depth, so only a stack with no identity path stays deep
-    depth: dict[str, int] = {}
+    # Along the shortest path (in weighted layers) from an input to each value, the longest stretch
+    # that no skip connection bypasses: a residual add x + F(x) ends a stretch (the identity carries
+    # the gradient across it), so MobileNetV2's downsampling blocks between residual blocks are short
+    # stretches, while a plain stack is one stretch as long as the net.
+    depth: dict[str, int] = {}  # weighted layers on the shortest path
+    run: dict[str, int] = {}  # ... since the last residual join on that path
+    worst: dict[str, int] = {}  # the longest stretch on that path
+    joins = 0
     for node in ctx.graph.nodes:
-        base = min((depth[v] for v in node.inputs), default=0)
+        ins = [v for v in node.inputs if v in depth]
+        if ctx.residual(node) is not None:
+            joins += 1
+            d, r, w = min(depth[v] for v in ins), 0, max(worst[v] for v in ins)
+        elif ins:
+            first = min(ins, key=lambda v: depth[v])
+            d, r = depth[first] + _depth(node.op), run[first] + _depth(node.op)
+            w = max(worst[first], r)
+        else:
+            d = r = w = _depth(node.op)
         for v in node.outputs:
-            depth[v] = base + WEIGHTED_DEPTH.get(node.op, 0)
+            depth[v], run[v], worst[v] = d, r, w
     out = []
     for value in dict.fromkeys(ctx.output_values()):
-        d = depth.get(value, 0)
+        d = worst.get(value, 0)
         if d <= PLAIN_MAX_DEPTH:
             continue
+        what = (f"every path to output '{value}' crosses {d} weighted layers with no residual connection" if not joins
+                else f"the path to output '{value}' crosses a stretch of {d} weighted layers that no residual "
+                     "connection bypasses")
         out.append(Finding(
             ctx.producer(value),
-            f"every path to output '{value}' crosses {d} weighted layers with no residual connection",
+            what,
             f"the gradient reaching the first layer is a product of {d} Jacobians: at ‖J‖ = {JACOBIAN_NORM} per "
             f"layer that is {JACOBIAN_NORM}^{d} = {sci(JACOBIAN_NORM ** d)} (the chapter: 0.8^50 = 1.4e-5), and "
             "plain 56-layer nets train worse than 20-layer ones",

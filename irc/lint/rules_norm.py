@@ -6,8 +6,9 @@ import math
 
 from irc.analysis.groups import group_of
 from irc.graph import Node
-from irc.lint.context import ACTIVATIONS, NORMS, PASS_THROUGH, RECURRENT, LintContext
+from irc.lint.context import NORMS, RECURRENT, LintContext
 from irc.lint.registry import Finding, rule
+from irc.ops.registry import ops_with
 
 POST_LN_MAX_LAYERS = 12  # BERT-base depth; deeper post-LN stacks need warmup and careful init
 
@@ -97,7 +98,7 @@ def post_ln_depth(ctx: LintContext) -> list[Finding]:
     )]
 
 
-SEQUENCE_OPS = frozenset({"embedding", "attention"}) | RECURRENT
+SEQUENCE_OPS = ops_with("embedding", "attention", "recurrent")
 
 
 @rule("IRC-W105", "batchnorm-in-sequence", "BatchNorm in a sequence or autoregressive model")
@@ -127,8 +128,7 @@ def batchnorm_sequence(ctx: LintContext) -> list[Finding]:
 
 
 # ops a dropout mask passes through unchanged in kind on its way to a BatchNorm
-_TO_BATCHNORM = frozenset({"linear", "conv1d", "conv2d", "flatten", "reshape", "add", "maxpool1d", "maxpool2d",
-                           "avgpool1d", "avgpool2d"}) | ACTIVATIONS | (PASS_THROUGH - {"dropout"})
+_TO_BATCHNORM = ops_with("linear", "conv", "pool", "activation", "residual", "view") - {"dropout"}
 
 
 @rule("IRC-W106", "dropout-before-batchnorm", "dropout placed before a BatchNorm")

@@ -9,10 +9,12 @@ from irc.graph import Node
 from irc.lint.context import ACTIVATIONS, PASS_THROUGH, LintContext
 from irc.lint.numbers import percent, times
 from irc.lint.registry import Finding, rule
+from irc.ops import get_op
 from irc.ops.common import pair
+from irc.ops.registry import ops_with
 
-WINDOWED = frozenset({"conv1d", "conv2d", "maxpool1d", "maxpool2d", "avgpool1d", "avgpool2d", "adaptive_avgpool2d"})
-LEARNED = frozenset({"linear", "ffn", "swiglu", "attention", "embedding", "rnn", "lstm", "gru", "matmul"})
+WINDOWED = ops_with("window")  # read a spatial window per output position
+LEARNED = ops_with("learned")  # mix features with weights or another activation
 IMAGE_CHANNELS = 4  # gray, RGB, RGBA: more channels than this is a feature map
 CONV_OUT = 64  # the chapter's replacement: a 3×3 convolution to 64 channels
 
@@ -81,7 +83,7 @@ def flatten_head(ctx: LintContext) -> list[Finding]:
             node,
             f"dense head on a flattened {c}×{h}×{w} feature map: {h}·{w}·{c} = {c * h * w:,} inputs, "
             f"{params:,} parameters ({percent(params, total)} of the model)",
-            f"one weight per feature per position makes the head {h * w}× larger than the features need "
+            f"one weight per feature per position makes the head {h * w:,}× larger than the features need "
             "and ties the model to one input size",
             f"pool first: linear(global_avgpool(x), {n_out}) reads {c:,} inputs with {pooled:,} parameters "
             f"({times(params / pooled)} fewer) at any image size",
@@ -110,7 +112,8 @@ def _with_pools(layers: list[tuple[int, int]], pools: int) -> list[tuple[int, in
 def _window_chain(ctx: LintContext, value: str, axis: int) -> list[tuple[int, int]]:
     chain = []
     for n in ctx.upstream_nodes(value):
-        if n.op in ("conv2d", "maxpool2d", "avgpool2d"):
+        rule = get_op(n.op).receptive if get_op(n.op) is not None else None
+        if rule is not None and rule.kind == "window" and rule.nd == 2:  # 2-D convolutions and pools
             k = pair(n.attrs["kernel"])[axis]
             stride = n.attrs["stride"] if n.attrs["stride"] is not None else n.attrs["kernel"]
             d = pair(n.attrs.get("dilation", 1))[axis]
@@ -166,8 +169,7 @@ def receptive_field(ctx: LintContext) -> list[Finding]:
 
 
 # ops that keep a tabular row's columns as they are on the way to a convolution
-_KEEPS_COLUMNS = frozenset({"input", "reshape", "flatten", "transpose", "batchnorm", "mul", "div", "add", "sub"}) \
-    | ACTIVATIONS | PASS_THROUGH
+_KEEPS_COLUMNS = ops_with("input", "view", "batch_norm", "elementwise", "activation", "pass_through")
 
 
 @rule("IRC-W113", "conv-no-locality", "a convolution over an axis with no locality")
