@@ -11,7 +11,7 @@ from typing import Any
 
 import irc.ops.primitives  # noqa: F401  (registers the primitive ops)
 from irc.graph import Graph, Node
-from irc.ops.attention import head_dim, kv_heads
+from irc.ops.attention import head_dim, kv_heads, score_scale
 from irc.passes.registry import register_pass
 from irc.passes.rewrite import Context, Rewrite, apply_rules
 
@@ -144,7 +144,7 @@ def _attention(ctx: Context, node: Node) -> Rewrite | None:
     if a["rope"]:
         q = e.op("rope", [q], {"theta": a["rope_theta"]})
         k = e.op("rope", [k], {"theta": a["rope_theta"]})
-    scale = a["scale"] if a["scale"] is not None else hd**-0.5
+    scale = score_scale(a, hd)
     if g != h:  # GQA: query head j reads key head j // (h/g); broadcast, never copy
         q = e.op("reshape", [q], {"shape": [b, g, h // g, t, hd]})
         k = e.op("reshape", [k], {"shape": [bkv, g, 1, s, hd]})

@@ -97,6 +97,9 @@ def fuse_add_norm_rule(ctx: Context, node: Node) -> Rewrite | None:
     """norm(x + r) → add_norm(x, r), which also yields x + r (the residual stream)."""
     if node.op not in ("layernorm", "rmsnorm"):
         return None
+    axis = node.attrs.get("axis")
+    if axis is not None and axis % ctx.types[node.inputs[0]].rank != ctx.types[node.inputs[0]].rank - 1:
+        return None  # add_norm normalises rows (the last axis); a channels-first LayerNorm stays apart
     add = ctx.prod(node.inputs[0], "add")
     if add is None or len(add.inputs) != 2 or add.attrs["scalar"] is not None:
         return None
