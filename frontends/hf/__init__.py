@@ -1,0 +1,1 @@
+"""Hugging Face configs and checkpoints: config.json to .arch text, HF weight names to irc keys."""

@@ -1,0 +1,1 @@
+"""ONNX files to irc graphs: initializers become weights, nodes map to irc ops."""
