@@ -84,6 +84,14 @@ BACKENDS: dict[str, Backend] = {
 _EMITTERS: dict[str, tuple[str, str]] = {
     "numba": ("irc.backends.cpu", "cpu (Numba)"),
     "cuda": ("irc.backends.cuda", "cuda"),
+    "torch": ("irc.backends.torch", "torch"),
+    "dot": ("irc.backends.dot", "dot"),
+}
+# `irc compile --emit KIND -o FILE` for binary files: the module's write_file(graph, path, kind=, ...) writes them
+FILE_EMITTERS: dict[str, tuple[str, str]] = {
+    "onnx": ("irc.backends.onnx", "onnx"),
+    "svg": ("irc.backends.dot", "dot"),
+    "png": ("irc.backends.dot", "dot"),
 }
 
 
@@ -94,7 +102,7 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def emit_source(graph: Graph, kind: str) -> str:
+def emit_source(graph: Graph, kind: str, **options: Any) -> str:
     """The generated source a backend would run, for a user to read."""
     if kind not in _EMITTERS:
         raise IrcError(f"cannot emit '{kind}' (known: {', '.join(_EMITTERS)})")
@@ -102,4 +110,19 @@ def emit_source(graph: Graph, kind: str) -> str:
     mod = _import(module, what)
     if not hasattr(mod, "emit_source"):
         raise IrcError(f"the {what} backend cannot emit source yet")
-    return mod.emit_source(graph)
+    return mod.emit_source(graph, **_accepted(mod.emit_source, options))
+
+
+def emit_file(graph: Graph, kind: str, path: str, **options: Any) -> None:
+    """Write a binary export (``onnx``, ``svg``, ``png``) of ``graph`` to ``path``."""
+    module, what = FILE_EMITTERS[kind]
+    mod = _import(module, what)
+    mod.write_file(graph, path, kind=kind, **options)
+
+
+def _accepted(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The options ``fn`` takes (an emitter without a ``depth`` never sees one)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return options
+    return {k: v for k, v in options.items() if k in params}
