@@ -45,6 +45,21 @@ PUBLISHED: dict[str, int] = {
     "mistral_7b": 7_241_732_096,
     # HF "t5-small": 60,506,624 (shared embedding counted once; the head is tied to it)
     "t5_small": 60_506_624,
+    # torchvision.models.mobilenet_v2 (model card: num_params 3,504,872)
+    "mobilenet_v2": 3_504_872,
+    # torchvision.models.efficientnet_b0 (model card: num_params 5,288,548)
+    "efficientnet_b0": 5_288_548,
+    # torchvision.models.convnext_tiny (model card: num_params 28,589,128)
+    "convnext_tiny": 28_589_128,
+    # torchvision.models.vit_b_16 (model card: num_params 86,567,656)
+    "vit_b_16": 86_567_656,
+    # torchvision.models.densenet121 (model card: num_params 7,978,856)
+    "densenet121": 7_978_856,
+    # milesial Pytorch-UNet, UNet(n_channels=3, n_classes=2, bilinear=False): 31,037,698 (its README's 31.04M)
+    "unet": 31_037_698,
+    # HF "openai/whisper-tiny" WhisperEncoder: 8,208,384, less its frozen 1,500 × 384 sinusoidal table
+    # (embed_positions, requires_grad False), which irc's positional computes: 7,632,384
+    "whisper_tiny_encoder": 8_208_384 - 1500 * 384,
 }
 
 # torchvision resnet18 state_dict, minus its 20 num_batches_tracked counters: 11,699,112 elements.
