@@ -15,7 +15,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.peer")
     p.add_argument("out", type=Path)
-    p.add_argument("case", choices=["norms", "attention", "models", "compile"])
+    p.add_argument("case", choices=["norms", "attention", "models", "compile", "gemms"])
     p.add_argument("peer")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--repeats", type=int, default=5)
@@ -33,10 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import suite_attention
 
         rows = suite_attention.PEERS[a.peer](a.quick, a.repeats)
+    elif a.case == "gemms":
+        from benchmarks import suite_gemms
+
+        rows = suite_gemms.PEERS[a.peer](a.quick, a.repeats)
     elif a.case == "models":
         from benchmarks import suite_models
 
-        fn = {"irc": suite_models.peer_irc, "torch": suite_models.peer_torch}[a.peer]
+        fn = {"irc": suite_models.peer_irc, "torch": suite_models.peer_torch, "ort": suite_models.peer_ort}[a.peer]
         rows = fn(a.model, a.quick, a.repeats, a.out_dir)
     else:
         from benchmarks import suite_models

@@ -7,8 +7,10 @@ by side; prints the tables and writes benchmarks/RESULTS.md with the machine's d
 Cases: norms (LayerNorm, RMSNorm, add+LayerNorm at 65,536×1,024 fp32: GB/s vs a streaming
 copy, PyTorch and NumPy; fused add+norm vs the unfused pair), attention (8 heads, d 64,
 T 1,024 and 4,096, causal and not: GFLOP/s vs sgemm, PyTorch SDPA and NumPy; peak memory),
-models (GPT-2 small, the LSTM LM, ResNet-18 forward passes vs PyTorch eager on the same
-weights and threads) and compile (cold and cached). Times are the best of several calls.
+gemms (every GEMM shape of the three models, irc vs NumPy's
+2-thread sgemm), models (GPT-2 small, the LSTM LM, ResNet-18 forward passes at B = 1 and 8, and GPT-2 at
+B = 8, T = 1, vs PyTorch eager and ONNX Runtime on the same weights and threads) and
+compile (cold and cached). Times are the best of several calls.
 
 Options: --quick (smaller sizes, for a smoke test), --only CASE[,CASE], --repeats N,
 --no-write (print only).
@@ -32,8 +34,8 @@ if str(ROOT) not in sys.path:  # python benchmarks/run.py
 from benchmarks import report  # noqa: E402
 from benchmarks.machine import describe, load_average  # noqa: E402
 
-CASES = ("norms", "attention", "models", "compile")
-MODELS = ("gpt2_small", "lstm_lm", "resnet18")
+CASES = ("norms", "attention", "gemms", "models", "compile")
+MODEL_PEERS = ("irc", "torch", "ort")
 PEER_TIMEOUT_S = 600
 
 
@@ -57,19 +59,25 @@ def _peer(work: Path, case: str, peer: str, *extra: str) -> list[dict]:
     return json.loads(out.read_text())
 
 
-def _agreement(work: Path) -> dict[str, float | None]:
+def _agreement(work: Path) -> dict[str, dict[str, float]]:
+    """Per model, max |irc − peer| / max |peer| for each peer whose logits were saved."""
     import numpy as np
 
-    out: dict[str, float | None] = {}
+    from benchmarks.suite_models import MODELS, file_stem
+
+    out: dict[str, dict[str, float]] = {}
     for model in MODELS:
-        a, b = work / f"{model}-irc.npy", work / f"{model}-torch.npy"
-        if a.exists() and b.exists():
-            x, y = np.load(a).astype(np.float64), np.load(b).astype(np.float64)
-            out[model] = float(np.abs(x - y).max() / np.abs(y).max()) if x.shape == y.shape else float("inf")
+        mine = work / f"{file_stem(model)}-irc.npy"
+        for peer in MODEL_PEERS[1:]:
+            theirs = work / f"{file_stem(model)}-{peer}.npy"
+            if mine.exists() and theirs.exists():
+                x, y = np.load(mine).astype(np.float64), np.load(theirs).astype(np.float64)
+                err = float(np.abs(x - y).max() / np.abs(y).max()) if x.shape == y.shape else float("inf")
+                out.setdefault(model, {})[peer] = err
     return out
 
 
-def run(cases: list[str], quick: bool, repeats: int) -> tuple[list[dict], dict[str, float | None]]:
+def run(cases: list[str], quick: bool, repeats: int) -> tuple[list[dict], dict[str, dict[str, float]]]:
     rows: list[dict] = []
     common = ["--repeats", str(repeats)] + (["--quick"] if quick else [])
     with tempfile.TemporaryDirectory(prefix="irc-bench-") as tmp:
@@ -80,12 +88,17 @@ def run(cases: list[str], quick: bool, repeats: int) -> tuple[list[dict], dict[s
         if "attention" in cases:
             for peer in ("sgemm", "irc", "torch", "numpy"):
                 rows += _peer(work, "attention", peer, *common)
+        if "gemms" in cases:
+            for peer in ("numpy", "irc"):
+                rows += _peer(work, "gemms", peer, *common)
         if "models" in cases:
+            from benchmarks.suite_models import MODELS
+
             for model in MODELS:
-                for peer in ("irc", "torch"):
+                for peer in MODEL_PEERS:
                     rows += _peer(work, "models", peer, *common, "--model", model, "--out-dir", str(work))
         if "compile" in cases:
-            for model in MODELS:
+            for model in ("gpt2_small", "lstm_lm", "resnet18"):
                 cache = work / f"cache-{model}"
                 cache.mkdir(mode=0o700)
                 for label in ("cold", "cached"):
@@ -94,10 +107,12 @@ def run(cases: list[str], quick: bool, repeats: int) -> tuple[list[dict], dict[s
     return rows, agreement
 
 
-def render(rows: list[dict], agreement: dict[str, float | None], machine: dict[str, str], loads: tuple[str, str],
+def render(rows: list[dict], agreement: dict[str, dict[str, float]], machine: dict[str, str], loads: tuple[str, str],
            command: str, seconds: float) -> str:
     parts, targets = [], []
     sections = [("Norms", lambda: report.norms(rows)), ("Attention", lambda: report.attention(rows)),
+                ("GEMMs of the models (M×N×K), irc vs NumPy's sgemm on the same shape",
+                 lambda: report.gemms(rows)),
                 ("Forward passes", lambda: report.models(rows, agreement)),
                 ("Compile time (fuse + generate + compile, in a fresh process)", lambda: report.compile_times(rows))]
     for title, make in sections:
@@ -110,7 +125,7 @@ def render(rows: list[dict], agreement: dict[str, float | None], machine: dict[s
             "## Machine", "", report.table(["", ""], [[k, v] for k, v in machine.items()]), "",
             f"Load average (1, 5, 15 min) before the run: {loads[0]}; after: {loads[1]} "
             "(other programs share these cores; ratios are measured side by side).", "",
-            "## Targets (issue 5)", "", report.targets_table(targets), ""]
+            "## Targets (issues 5 and 16)", "", report.targets_table(targets), ""]
     return "\n".join(head + parts)
 
 

@@ -1,4 +1,4 @@
-"""Whole forward passes, irc (fused, Numba CPU backend) vs PyTorch eager, and compile times.
+"""Whole forward passes, irc (fused, Numba CPU backend) vs PyTorch eager and ONNX Runtime, and compile times.
 
 Both peers build the same weights (irc's deterministic initialisation, seed 0) and inputs;
 the PyTorch modules (torch_models.py) mirror the .arch files and load those weights. Each
@@ -18,17 +18,29 @@ import numpy as np
 from benchmarks.timing import best_of
 
 ROOT = Path(__file__).resolve().parents[1]
+# name -> (model file, bindings, the torch mirror it shares): B = 1 and B = 8 rows, and a decode-shaped
+# row (8 sequences of one token: a forward pass, no KV cache)
 MODELS = {
-    "gpt2_small": ("models/gpt2_small.arch", {"B": 1, "T": 256}),
-    "lstm_lm": ("models/lstm_lm.arch", {"B": 1, "T": 256}),
-    "resnet18": ("models/resnet18.arch", {"B": 1, "H": 224, "W": 224}),
+    "gpt2_small": ("models/gpt2_small.arch", {"B": 1, "T": 256}, "gpt2_small"),
+    "gpt2_small B=8": ("models/gpt2_small.arch", {"B": 8, "T": 256}, "gpt2_small"),
+    "gpt2_small B=8 T=1": ("models/gpt2_small.arch", {"B": 8, "T": 1}, "gpt2_small"),
+    "lstm_lm": ("models/lstm_lm.arch", {"B": 1, "T": 256}, "lstm_lm"),
+    "lstm_lm B=8": ("models/lstm_lm.arch", {"B": 8, "T": 256}, "lstm_lm"),
+    "resnet18": ("models/resnet18.arch", {"B": 1, "H": 224, "W": 224}, "resnet18"),
+    "resnet18 B=8": ("models/resnet18.arch", {"B": 8, "H": 224, "W": 224}, "resnet18"),
 }
 QUICK = {"gpt2_small": {"layers": 2, "T": 64}, "lstm_lm": {"T": 64}, "resnet18": {"H": 112, "W": 112}}
 
 
+def file_stem(model: str) -> str:
+    """A file name for a row name ("gpt2_small B=8" -> "gpt2_small_B8")."""
+    return model.replace(" ", "_").replace("=", "")
+
+
 def _binds(model: str, quick: bool) -> dict[str, int]:
-    path, binds = MODELS[model]
-    return {**binds, **(QUICK[model] if quick else {})}
+    _, binds, base = MODELS[model]
+    quick_binds = {k: v for k, v in QUICK[base].items() if not (k == "T" and binds.get("T") == 1)}
+    return {**binds, **(quick_binds if quick else {})}
 
 
 def _setup(model: str, quick: bool):
@@ -52,27 +64,56 @@ def peer_irc(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]
     graph, weights, inputs = _setup(model, quick)
     compiled = compile_graph(run_passes(graph, ["fuse"]))
     out = compiled.run(weights, inputs)["logits"]
-    np.save(out_dir / f"{model}-irc.npy", out)
+    np.save(out_dir / f"{file_stem(model)}-irc.npy", out)
     seconds = best_of(lambda: compiled.run(weights, inputs), repeats)
     return [_row(model, "irc", seconds, "fused graph, Numba CPU backend")]
+
+
+def _torch_net(model: str, quick: bool):
+    """The torch mirror of ``model`` on irc's weights, and its one input as a tensor."""
+    import torch
+
+    from benchmarks.torch_models import build
+
+    _, weights, inputs = _setup(model, quick)
+    binds = _binds(model, quick)
+    net = build(MODELS[model][2], weights, **({"layers": binds["layers"]} if "layers" in binds else {}))
+    (arr,) = inputs.values()
+    arg = torch.from_numpy(np.asarray(arr))
+    return net, (arg if arg.is_floating_point() else arg.long())
 
 
 def peer_torch(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]:
     import torch
 
-    from benchmarks.torch_models import build
-
     torch.set_num_threads(2)
-    _, weights, inputs = _setup(model, quick)
-    binds = _binds(model, quick)
-    net = build(model, weights, **({"layers": binds["layers"]} if "layers" in binds else {}))
-    (arr,) = inputs.values()
-    arg = torch.from_numpy(np.asarray(arr))
-    arg = arg if arg.is_floating_point() else arg.long()
+    net, arg = _torch_net(model, quick)
     with torch.inference_mode():
-        np.save(out_dir / f"{model}-torch.npy", net(arg).numpy())
+        np.save(out_dir / f"{file_stem(model)}-torch.npy", net(arg).numpy())
         seconds = best_of(lambda: net(arg), repeats)
     return [_row(model, "torch", seconds, "eager, same weights, 2 threads")]
+
+
+def peer_ort(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]:
+    """ONNX Runtime on the torch mirror exported by ``torch.onnx.export`` (not irc's own exporter, so the
+    peer does not depend on irc): full graph optimisation, 2 intra-op threads."""
+    import onnxruntime as ort
+    import torch
+
+    torch.set_num_threads(2)
+    net, arg = _torch_net(model, quick)
+    path = out_dir / f"{file_stem(model)}.onnx"
+    with torch.inference_mode():
+        torch.onnx.export(net, (arg,), str(path), dynamo=False, opset_version=17, input_names=["x"],
+                          output_names=["logits"])
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feed = {"x": arg.numpy()}
+    np.save(out_dir / f"{file_stem(model)}-ort.npy", session.run(None, feed)[0])
+    seconds = best_of(lambda: session.run(None, feed), repeats)
+    return [_row(model, "ort", seconds, f"ONNX Runtime {ort.__version__}, ORT_ENABLE_ALL, 2 intra-op threads")]
 
 
 def peer_compile(model: str, quick: bool, cache_dir: Path, label: str) -> list[dict]:
