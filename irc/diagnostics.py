@@ -61,22 +61,113 @@ def register_source(file: str, text: str) -> None:
     SOURCES[file] = text
 
 
-def render(err: IrcError, severity: str = "error") -> str:
-    """Render ``err`` as the location, message, source line and a caret."""
+def render(err: IrcError, severity: str = "error", color: bool | None = None) -> str:
+    """Render ``err`` as the location, message, source line and a caret.
+
+    Everything quoted from the user's files is made safe for a terminal (:func:`terminal_safe`)
+    and a long source line is cut to a window around the caret. ``color`` paints the labels the
+    way clang does; ``None`` means: when stderr is a terminal and ``NO_COLOR`` is not set.
+    """
+    paint = use_color(sys.stderr) if color is None else color
+    label = _paint(f"{severity}:", severity, paint)
     if err.loc is None:
-        lines = [f"irc: {severity}: {err.message}"]
+        lines = [f"irc: {label} {_message(err.message)}"]
     else:
-        lines = [f"{err.loc}: {severity}: {err.message}"]
+        lines = [f"{_paint(f'{quote(str(err.loc))}:', 'bold', paint)} {label} {_message(err.message)}"]
         text = SOURCES.get(err.loc.file)
         if text is not None:
             # lines end at '\n' only, as the parsers count them (str.splitlines also splits at \f, \x85, ...)
             src_lines = [ln.removesuffix("\r") for ln in text.split("\n")]
             if 1 <= err.loc.line <= len(src_lines):
-                src = src_lines[err.loc.line - 1].expandtabs(1)
+                src, caret = source_window(src_lines[err.loc.line - 1].expandtabs(1), err.loc.col)
                 lines.append(f"  {err.loc.line:>4} | {src}")
-                lines.append(f"       | {' ' * max(err.loc.col - 1, 0)}^")
-    lines.extend(f"note: {n}" for n in err.notes)
+                lines.append(f"       | {' ' * caret}{_paint('^', 'caret', paint)}")
+    lines.extend(f"{_paint('note:', 'note', paint)} {_message(n)}" for n in err.notes)
     return "\n".join(lines)
+
+
+# -- terminal safety: what irc quotes from a file never drives the terminal ------------------
+
+SOURCE_LINE_LIMIT = 2000  # a source line up to this long is quoted whole
+SOURCE_WINDOW = 200  # of a longer one (a file of NULs is one line), this many characters around the caret
+QUOTE_LIMIT = 120  # characters of a quoted name (a file name, a weight key) before it is cut
+# bidirectional overrides and isolates reorder what a terminal shows ("trojan source")
+_BIDI = {0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069}
+
+
+def _escape_char(c: str) -> str:
+    o = ord(c)
+    if o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0 or o in _BIDI:
+        return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+    return c
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with control characters (escape sequences, NULs, bidi overrides) written as ``\\xNN``;
+    newlines and tabs stay, so a message of several lines still reads as one."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in "\n\t" else _escape_char(c) for c in text)
+
+
+MESSAGE_LIMIT = 2000  # characters of one message line: a name irc quotes may be a megabyte long
+
+
+def _message(text: str) -> str:
+    """A message made terminal-safe, each line cut in the middle past MESSAGE_LIMIT."""
+    return "\n".join(quote(line, MESSAGE_LIMIT) if len(line) > MESSAGE_LIMIT else terminal_safe(line)
+                     for line in text.split("\n"))
+
+
+def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """A name from the user's input, ready to put between quotes in a message: every control
+    character escaped (a newline too), and cut in the middle when longer than ``limit``."""
+    safe = "".join(_escape_char(c) for c in text)
+    if len(safe) <= limit:
+        return safe
+    half = (limit - 1) // 2
+    return f"{safe[:half]}…{safe[-half:]}"
+
+
+def source_window(line: str, col: int) -> tuple[str, int]:
+    """The part of a source line to print, escaped, and the caret's offset in it."""
+    if len(line) <= SOURCE_LINE_LIMIT:
+        start, end = 0, len(line)
+    else:
+        start = max(col - 1 - SOURCE_WINDOW // 2, 0)
+        end = start + SOURCE_WINDOW
+    before = "".join(_escape_char(c) for c in line[start:col - 1])
+    shown = before + "".join(_escape_char(c) for c in line[col - 1:end])
+    caret = len(before)
+    if start > 0:
+        shown, caret = "…" + shown, caret + 1
+    if end < len(line):
+        shown += "…"
+    return shown, max(caret, 0)
+
+
+# -- colour -------------------------------------------------------------------------------
+
+_COLORS = {"error": "\033[1;31m", "warning": "\033[1;35m", "note": "\033[1;36m", "bold": "\033[1m",
+           "caret": "\033[1;32m"}
+_RESET = "\033[0m"
+
+
+def use_color(stream: object) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set (https://no-color.org) or TERM is dumb."""
+    import os
+
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
+
+
+def _paint(text: str, kind: str, on: bool) -> str:
+    return f"{_COLORS[kind]}{text}{_RESET}" if on and kind in _COLORS else text
 
 
 # -- wording helpers shared by every diagnostic ---------------------------------------------

@@ -75,6 +75,9 @@ class Graph:
         )
 
 
+MAX_RANK = 64  # NumPy's limit on an array's axes
+
+
 def verify(graph: Graph) -> None:
     """Check SSA form, operand order and typing; raise IrcError on the first problem.
 
@@ -100,6 +103,10 @@ def verify(graph: Graph) -> None:
         if node.types and len(node.types) != len(node.outputs):
             raise IrcError(f"'{node.op}' has {plural(len(node.outputs), 'result')} but "
                            f"{plural(len(node.types), 'type')}", node.loc)
+        for t in node.types:
+            if t.rank > MAX_RANK:  # every backend holds values as NumPy arrays
+                raise IrcError(f"'{node.outputs[0]}' has {t.rank:,} axes; irc's backends hold a value as a NumPy "
+                               f"array, which has at most {MAX_RANK}", node.loc)
     for label, v in graph.outputs:
         if v not in defined:
             raise IrcError(f"output {label} = %{v} is not defined", graph.loc)

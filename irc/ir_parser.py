@@ -86,8 +86,15 @@ class _Line:
         return self.i >= len(self.toks)
 
 
+_ESCAPED = {"n": "\n", "t": "\t", "r": "\r"}
+
+
 def _unquote(s: str) -> str:
-    return re.sub(r"\\(.)", r"\1", s[1:-1])
+    """The printer's string literal decoded: \\\\ and \\" , and \\n, \\t, \\r, \\xNN for control characters."""
+    def one(m: re.Match) -> str:
+        e = m.group(1)
+        return chr(int(e[1:], 16)) if len(e) == 3 else _ESCAPED.get(e, e)
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|.)", one, s[1:-1])
 
 
 def _number(line: _Line) -> int | float:

@@ -40,8 +40,17 @@ def format_attrs(node: Node) -> str:
     return "{" + ", ".join(items) + "}" if items else ""
 
 
+_CONTROL_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _quote(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A string literal on one line: backslash and quote escaped, control characters (a newline in a
+    file name) as \\n, \\t, \\r or \\xNN, so every dump parses back (irc/ir_parser.py decodes them)."""
+    out = s.replace("\\", "\\\\").replace('"', '\\"')
+    if any(ord(c) < 32 or ord(c) == 127 for c in out):
+        out = "".join(_CONTROL_ESCAPES.get(c, f"\\x{ord(c):02x}") if ord(c) < 32 or ord(c) == 127 else c
+                      for c in out)
+    return '"' + out + '"'
 
 
 def format_node(node: Node, with_loc: bool = True) -> str:

@@ -58,7 +58,7 @@ def test_model_error_exits_1(irc_cli, tmp_path: Path) -> None:
     (["compile"], "the following arguments are required: file"),
     (["compile", "{small}", "--emit", "pdf"], "invalid choice: 'pdf'"),
     (["compile", "{small}", "-D", "T"], "-D expects NAME=VALUE, got 'T'"),
-    (["compile", "{small}", "-D", "T=ten"], "-D T: 'ten' is not an integer"),
+    (["compile", "{small}", "-D", "T=ten"], "-D T: 'ten' is not a number"),
     (["compile", "{small}", "-D", "T=-3"], "-D T: a size must be positive, got -3"),
     (["compile", "{small}", "-D", "T=4", "-D", "T=8"], "-D T is given twice with different values (4 and 8)"),
     (["compile", "{small}", "--passes", "no-such-pass"], "unknown pass 'no-such-pass'"),
@@ -134,6 +134,7 @@ def test_compile_help_lists_every_option(irc_cli) -> None:
 
 def test_output_file_is_written_whole_and_no_temp_is_left(irc_cli, small: Path, tmp_path: Path) -> None:
     out = tmp_path / "deeper" / "small.ir"
+    (tmp_path / "deeper").mkdir()  # irc makes no folders (tests/test_hardening_cli.py)
     r = irc_cli(["compile", str(small), "-o", str(out)])
     assert (r.rc, r.out, r.err) == (0, "", "")
     assert out.read_text(encoding="utf-8") == irc_cli(["compile", str(small)]).out

@@ -15,6 +15,7 @@ tests/test_cuda_helpers.py does, with the environment variable restored afterwar
 from __future__ import annotations
 
 import builtins
+import errno
 import functools
 import os
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_error_catalogue_runtime import Staged, printed_text, raise_staged
+from test_export_onnx import EXPORT_STAGED
 
 # ids in [0, 10) pick rows of the table e.weight [10, 4]; y = x @ y.weight.T + y.bias
 MODEL = """model m() {
@@ -216,8 +218,8 @@ def _cache_cannot_be_made(mp: pytest.MonkeyPatch) -> None:
 def _cache_of_another_user(mp: pytest.MonkeyPatch) -> None:
     with _scratch(mp) as d:
         (d / "cache").mkdir(mode=0o700)
-        uid = os.getuid()
-        mp.setattr(os, "getuid", lambda: uid + 1)  # the directory belongs to uid, not to "us"
+        uid = os.geteuid()
+        mp.setattr(os, "geteuid", lambda: uid + 1)  # the directory belongs to uid, not to "us"
         _cpu_compile_into("cache")
 
 
@@ -225,6 +227,44 @@ def _cache_writable_by_others(mp: pytest.MonkeyPatch) -> None:
     with _scratch(mp) as d:
         (d / "cache").mkdir()
         (d / "cache").chmod(0o777)
+        _cpu_compile_into("cache")
+
+
+def _cache_inside_a_folder_others_can_write(mp: pytest.MonkeyPatch) -> None:
+    """The cache itself is private, the folder above it is not (and not sticky, as /tmp is)."""
+    with _scratch(mp) as d:
+        (d / "open").mkdir()
+        (d / "open" / "cache").mkdir(mode=0o700)
+        (d / "open").chmod(0o777)
+        _cpu_compile_into("open/cache")
+
+
+def _cache_inside_a_folder_of_another_user(mp: pytest.MonkeyPatch) -> None:
+    """The folder above the cache belongs to someone else (its owner seen as another uid)."""
+    with _scratch(mp) as d:
+        (d / "theirs" / "cache").mkdir(mode=0o700, parents=True)
+        (d / "theirs").chmod(0o755)
+        theirs, real = (d / "theirs").resolve(), Path.stat
+
+        def stat(self: Path, *args: Any, **kwargs: Any) -> os.stat_result:
+            st = real(self, *args, **kwargs)
+            if self != theirs:
+                return st
+            fields = list(st[:10])
+            fields[4] = os.geteuid() + 12345  # st_uid
+            return os.stat_result(fields)
+
+        mp.setattr(Path, "stat", stat)
+        _cpu_compile_into("theirs/cache")
+
+
+def _cache_and_fresh_folder_full(mp: pytest.MonkeyPatch) -> None:
+    """No file can be written anywhere (a full disk): the fresh folder fails as the cache did."""
+    def mkstemp(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with _scratch(mp):
+        mp.setattr(tempfile, "mkstemp", mkstemp)
         _cpu_compile_into("cache")
 
 
@@ -316,7 +356,7 @@ EMBEDDING = _at(4, "  output e = embedding(ids, 10, 4)", 14)
 LINEAR = _at(5, "  output y = linear(x, 3)", 14)
 
 STAGED = [
-    # the cpu backend's compiled model (backends/cpu/compiled.py); the cuda one inherits these checks
+    # a compiled model's checks (backends/common/compiled.py), the same in the cpu and cuda backends
     Staged("cpu_missing_weight", _cpu_missing_weight,
            "irc: error: missing weight 'y.weight' (expected shape [3, 4])"),
     Staged("cpu_weight_shape", _cpu_weight_shape,
@@ -345,7 +385,7 @@ STAGED = [
            "irc: error: IRC_CUDA_REDUCE='warp': expected one of shuffle, shared"),
     Staged("cuda_attention_tile_setting", _cuda_attention_tile_setting,
            "irc: error: IRC_CUDA_ATTN_TILE='huge': expected one of narrow, wide, compact"),
-    # the cache of generated code (backends/cpu/cache.py), shared by the cpu and cuda backends
+    # the cache of generated code (backends/common/cache.py), shared by the cpu and cuda backends
     Staged("cache_is_a_file", _cache_is_a_file, "irc: error: cache directory 'cache' is not a directory "
            "(set IRC_CACHE_DIR to a directory)"),
     Staged("cache_cannot_be_made", _cache_cannot_be_made,
@@ -359,6 +399,15 @@ STAGED = [
     Staged("cache_from_environment", _cache_from_environment,
            "irc: error: cache directory 'shared/cpu' is writable by others; its files would run as code "
            "(chmod go-w it, or set IRC_CACHE_DIR)"),
+    Staged("cache_inside_a_folder_others_can_write", _cache_inside_a_folder_others_can_write,
+           "irc: error: cache directory 'open/cache' is inside 'open', which others can write; its files would "
+           "run as code (set IRC_CACHE_DIR to a directory of your own)"),
+    Staged("cache_inside_a_folder_of_another_user", _cache_inside_a_folder_of_another_user,
+           "irc: error: cache directory 'theirs/cache' is inside 'theirs', which belongs to another user; its files "
+           "would run as code (set IRC_CACHE_DIR to a directory of your own)"),
+    Staged("cache_and_fresh_folder_full", _cache_and_fresh_folder_full,
+           "irc: error: cannot compile: the kernel cache 'cache' cannot be used (no space left on the device), "
+           "nor a fresh folder for this run (no space left on the device)"),
     # code generation (backends/emit_checks.py)
     Staged("emit_untyped", _emit_untyped,
            "<input>:4:14: error: cpu backend: 'embedding' has no type; run shape inference first"
@@ -381,6 +430,8 @@ STAGED = [
            + EMBEDDING),
     Staged("numpy_without_an_op", _numpy_without_an_op,
            "<input>:5:14: error: the numpy reference cannot run op 'linear'" + LINEAR),
+    # the exporters (backends/onnx, backends/torch, backends/dot): their cases live with their tests
+    *EXPORT_STAGED,
 ]
 
 

@@ -59,11 +59,14 @@ def _backend_without_numba(mp: pytest.MonkeyPatch) -> None:
     get_backend("cpu").compile(graph)
 
 
-def _safetensors_not_installed(mp: pytest.MonkeyPatch) -> None:
-    from irc.runtime.weights import load_weights
+def _weights_header_unreadable(mp: pytest.MonkeyPatch) -> None:
+    """The header check of ``irc run --weights`` meets a file the user may not read."""
+    from irc.runtime import safetensors_files
+    from irc.runtime.weight_headers import read_weights_header
 
-    mp.setitem(sys.modules, "safetensors.numpy", None)  # import fails as if not installed
-    load_weights(INC / "w_good.safetensors")
+    mp.chdir(INC)
+    mp.setattr(safetensors_files, "open", _denied("w_good.safetensors"), raising=False)
+    read_weights_header("w_good.safetensors")
 
 
 def _denied(name: str):
@@ -116,6 +119,20 @@ def _emit_unknown_kind(mp: pytest.MonkeyPatch) -> None:
     emit_source(_graph(BOUND), "verilog")
 
 
+def _unknown_backend_by_api(mp: pytest.MonkeyPatch) -> None:
+    """``irc run --backend`` refuses an unknown name as bad usage first; the Python API still says it."""
+    from irc.backends import get_backend
+
+    get_backend("tpu")
+
+
+def _emit_numba_unbound_by_api(mp: pytest.MonkeyPatch) -> None:
+    """``irc compile --emit numba`` binds defaults first; the backend's own check still guards the API."""
+    from irc.backends import emit_source
+
+    emit_source(_graph(UNBOUND, {"D": 4}), "numba")
+
+
 @dataclass(frozen=True)
 class Staged:
     name: str
@@ -127,8 +144,8 @@ STAGED = [
     Staged("backend_without_numba", _backend_without_numba,
            "irc: error: the cpu (Numba) backend is not available: it needs the Python package 'numba', "
            "which is not installed"),
-    Staged("safetensors_not_installed", _safetensors_not_installed,
-           "irc: error: reading .safetensors needs the 'safetensors' package (pip install safetensors)"),
+    Staged("weights_header_unreadable", _weights_header_unreadable,
+           "irc: error: cannot read 'w_good.safetensors': permission denied"),
     Staged("weights_unreadable", _weights_unreadable,
            "irc: error: cannot read 'w_good.safetensors': permission denied"),
     Staged("input_unreadable", _input_unreadable, "irc: error: cannot read 'x_good.npy': permission denied"),
@@ -142,7 +159,15 @@ STAGED = [
            "<input>:2:9: error: 'input' result f32[B,4] still has a symbolic size; bind B first (-D NAME=VALUE)\n"
            "     2 |   input x: f32[B, D]\n"
            "       |         ^"),
-    Staged("emit_unknown_kind", _emit_unknown_kind, "irc: error: cannot emit 'verilog' (known: numba, cuda)"),
+    Staged("unknown_backend_by_api", _unknown_backend_by_api,
+           "irc: error: unknown backend 'tpu' (known: numpy, cpu, cuda); did you mean 'cpu'?"),
+    Staged("emit_numba_unbound_by_api", _emit_numba_unbound_by_api,
+           "<input>:2:9: error: cpu backend: 'input' result f32[B,4] has unbound sizes (B); bind them with -D "
+           "NAME=VALUE\n"
+           "     2 |   input x: f32[B, D]\n"
+           "       |         ^"),
+    Staged("emit_unknown_kind", _emit_unknown_kind,
+           "irc: error: cannot emit 'verilog' (known: numba, cuda, torch, dot)"),
 ]
 
 
@@ -200,3 +225,16 @@ def test_fixtures_hold_what_their_names_say() -> None:
     assert np.load(INC / "w_dtype.npz")["y.weight"].dtype == np.float64
     assert np.load(INC / "x_good.npy").shape == (2, 3, 4)
     assert np.load(INC / "ids_range.npy").max() == 12  # past the vocabulary of 10
+
+
+def test_safetensors_read_without_the_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """irc reads .safetensors itself (one copy, no Rust panic out of memory): the package is not needed."""
+    import numpy as np
+
+    from irc.runtime.weights import load_weights
+
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    monkeypatch.setitem(sys.modules, "safetensors.numpy", None)  # import fails as if not installed
+    weights = load_weights(INC / "w_good.safetensors")
+    np.testing.assert_array_equal(weights["y.weight"], np.arange(12, dtype=np.float32).reshape(3, 4) / 10)
+    np.testing.assert_array_equal(weights["y.bias"], np.array([0.0, 0.5, 1.0], np.float32))

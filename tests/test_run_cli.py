@@ -72,7 +72,10 @@ def test_outputs_are_the_model_on_seeded_weights_and_inputs(model, tmp_path, irc
 
 
 def test_output_file_is_written_whole_and_leaves_no_temporary_files(model, tmp_path, irc_cli):
-    out = tmp_path / "deeper" / "out.npz"  # missing folders are made
+    out = tmp_path / "deeper" / "out.npz"
+    missing = irc_cli(["run", str(model), "-D", "T=2", "-o", str(out)])  # a missing folder is refused, not made
+    assert missing.rc == 2 and "does not exist" in missing.err and not out.parent.exists()
+    out.parent.mkdir()
     assert irc_cli(["run", str(model), "-D", "T=2", "-o", str(out)]).rc == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["out.npz"]
     assert sorted(np.load(out).files) == ["logits", "pooled"]
@@ -141,13 +144,20 @@ def test_unknown_input_name_and_bad_flag(model, tmp_path, irc_cli):
     assert irc_cli(["run", str(model), "-D", "T=3", "--input", "tokens"]).rc == 2
 
 
-def test_unbound_sizes(model, irc_cli):
+def test_unbound_sizes(model, tmp_path, irc_cli):
+    """run binds what analyze binds: batch 1, sequence 1,024 (no position table), said in a note."""
     r = irc_cli(["run", str(model)])
-    assert r.rc == 1
-    assert "unbound size(s) T" in r.err and "-D T=" in r.err
+    assert r.rc == 0, r.err
+    assert r.err == ("irc: note: unbound sizes take their defaults: B=1 (default batch), T=1,024 (default "
+                     "sequence); bind them with -D\n")
+    assert "f32[1,1024,7]" in r.out
     r = irc_cli(["run", str(model), "-D", "T=2"])
-    assert r.rc == 0 and "running with B=1" in r.err
+    assert r.rc == 0 and "B=1 (default batch); bind it with -D" in r.err
     assert "f32[1,2,7]" in r.out
+    other = tmp_path / "other.arch"  # a size that is neither batch, sequence nor image side: no default
+    other.write_text("model o(B, K) {\n  input x: f32[B, 4, K]\n  output y = relu(x)\n}\n")
+    r = irc_cli(["run", str(other)])
+    assert r.rc == 1 and "symbol 'K'" in r.err and "bind it with -D K=VALUE" in r.err
 
 
 def test_check_passes_and_fails_on_tolerance(model, irc_cli):
@@ -184,6 +194,8 @@ def test_memory_guard(model, irc_cli):
     assert r.rc == 1
     assert re.search(r"needs about \d+ B \(weights 352 B \+ activations \d+ B\), more than the --max-memory "
                      r"limit \(100 B\)", r.err), r.err  # weights: 7·8 + 8·3 + 8 floats
+    cpu = irc_cli(["run", str(model), "-D", "T=4", "--max-memory", "100", "--backend", "cpu", "--check"])
+    assert cpu.rc == 1 and re.search(r"\+ --check's float64 reference [\d.]+ (B|KiB)\)", cpu.err), cpu.err
     huge = irc_cli(["run", str(model), "-D", "T=1000000000", "-D", "B=1000"])
     assert huge.rc == 1 and "more than the memory available" in huge.err
     assert irc_cli(["run", str(model), "-D", "T=4", "--max-memory", "lots"]).rc == 2
@@ -192,7 +204,7 @@ def test_memory_guard(model, irc_cli):
 
 def test_unknown_backend(model, irc_cli):
     r = irc_cli(["run", str(model), "-D", "T=4", "--backend", "tpu"])
-    assert r.rc == 1 and "unknown backend 'tpu' (known: numpy, cpu, cuda)" in r.err
+    assert r.rc == 2 and "--backend: unknown backend 'tpu' (known: numpy, cpu, cuda" in r.err  # bad usage
 
 
 def test_backends_registry_is_lazy():

@@ -3,12 +3,18 @@
 The ``.npy`` header is parsed first (NumPy's literal parser: no code runs), so an object
 array, which only unpickling could read, is refused before any data is touched, and a short
 file is reported with both sizes. Errors name the file (and the entry, inside an archive).
+
+Everything a header says is checked before any data is read: the reader first lists each
+entry's dtype, shape and size (:func:`read_npz_header`), the caller checks them against the
+model, and only then are the arrays read, each into one buffer of its declared size, so an
+archive entry that inflates past its size, or a weight the model does not have, costs no memory.
 """
 
 from __future__ import annotations
 
 import zipfile
 import zlib
+from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import BinaryIO
@@ -61,17 +67,21 @@ def check_file(path: Path, kind: str) -> None:
         raise IrcError(f"no such {kind}: '{path}'{near}")
 
 
-def read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
-    """The array in the ``.npy`` stream ``f`` (``size`` bytes); ``what`` names it in errors."""
-    try:
-        return _read_npy(f, size, what)
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:  # a bad checksum or stream inside an .npz
-        why = "its bytes no longer match their CRC checksum (changed after it was written)" if "CRC" in str(e) \
-            else str(e)
-        raise IrcError(f"{what} is damaged: {why}") from None
+@dataclass(frozen=True)
+class ArraySpec:
+    """What a file's header says about one array, before its data is read (``.shape`` and
+    ``.dtype`` as on an ndarray, so checks written for arrays take it too)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    nbytes: int
 
 
-def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
+MAX_DIM = 2**62  # the IR's own bound on a size: larger cannot index an int64 array
+
+
+def _npy_header(f: BinaryIO, size: int, what: str) -> tuple[ArraySpec, bool]:
+    """The ``.npy`` header of the stream ``f`` (``size`` bytes), checked; (spec, fortran order)."""
     head = f.read(8)
     if not head.startswith(NPY_MAGIC) or len(head) < 8:
         raise IrcError(f"{what} is not a readable .npy array: {describe(head + f.read(SNIFF_BYTES - 8), size)}")
@@ -84,22 +94,63 @@ def _read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
         shape, fortran, dtype = read_header(f)
         if any(d < 0 for d in shape):
             raise ValueError(f"negative size in shape {list(shape)}")
-    except ValueError as e:
-        first = str(e).splitlines()[0]
+    except (ValueError, TypeError, SyntaxError, MemoryError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
         first = first[:1].lower() + first[1:]
-        raise IrcError(f"{what} is not a readable .npy array: its header is damaged ({first})") from None
+        raise IrcError(f"{what} is not a readable .npy array: its header is damaged ({_short(first)})") from None
     if dtype.hasobject:
         raise IrcError(f"{what} holds Python objects (dtype {dtype}), which only unpickling could read; "
                        "irc never unpickles")
+    if dtype.subdtype is not None or dtype.names is not None:
+        raise IrcError(f"{what} has the compound dtype {_short(str(dtype))}; irc reads arrays of plain numbers "
+                       "(save it with a plain dtype such as float32)")
+    if any(d >= MAX_DIM for d in shape) or prod(d for d in shape if d) >= MAX_DIM:
+        raise IrcError(f"{what}: its header claims shape {_short(str(list(shape)))}, too large for any array")
     need = prod(shape) * dtype.itemsize
     left = max(size - f.tell(), 0)  # checked before allocating: a damaged header may claim any size
-    buf = bytearray(need if need <= left else 0)
-    got = f.readinto(buf) if need <= left else left
-    if got < need:
+    if need > left:
         raise IrcError(f"{what} is truncated: its header says {dtype} {list(shape)}, {need:,} bytes of data, "
-                       f"but only {got:,} follow")
-    arr = np.frombuffer(buf, dtype)
-    return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
+                       f"but only {left:,} follow")
+    return ArraySpec(dtype, tuple(shape), need), bool(fortran)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _read_data(f: BinaryIO, spec: ArraySpec, fortran: bool, what: str) -> np.ndarray:
+    """The array's data: one buffer of exactly the declared size, filled in place (no copies)."""
+    try:
+        buf = bytearray(spec.nbytes)
+    except MemoryError:
+        raise IrcError(f"{what}: its {spec.nbytes:,} bytes do not fit in the memory left") from None
+    view, got = memoryview(buf), 0
+    while got < spec.nbytes:  # a decompressing stream may return less than asked
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    if got < spec.nbytes:
+        raise IrcError(f"{what} is truncated: its header says {spec.dtype} {list(spec.shape)}, "
+                       f"{spec.nbytes:,} bytes of data, but only {got:,} follow")
+    arr = np.frombuffer(buf, spec.dtype)
+    return arr.reshape(spec.shape[::-1]).T if fortran else arr.reshape(spec.shape)
+
+
+def _damaged(what: str, e: Exception) -> IrcError:
+    """A bad checksum or stream inside an .npz, in words."""
+    why = ("its bytes no longer match their CRC checksum (changed after it was written)" if "CRC" in str(e)
+           else _short(str(e) or type(e).__name__))
+    return IrcError(f"{what} is damaged: {why}")
+
+
+def read_npy(f: BinaryIO, size: int, what: str) -> np.ndarray:
+    """The array in the ``.npy`` stream ``f`` (``size`` bytes); ``what`` names it in errors."""
+    try:
+        spec, fortran = _npy_header(f, size, what)
+        return _read_data(f, spec, fortran, what)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as e:
+        raise _damaged(what, e) from None
 
 
 def read_npy_file(path: Path) -> np.ndarray:
@@ -108,26 +159,88 @@ def read_npy_file(path: Path) -> np.ndarray:
         return read_npy(f, path.stat().st_size, f"'{path}'")
 
 
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """``{name: array}`` from an ``.npz`` archive; each entry read by :func:`read_npy`."""
+def read_npy_header_file(path: Path) -> ArraySpec:
+    """What a ``.npy`` file's header says, checked against its size; no data is read."""
+    with open(path, "rb") as f:
+        return _npy_header(f, path.stat().st_size, f"'{path}'")[0]
+
+
+# compression methods Python's zipfile can inflate (numpy.savez_compressed writes DEFLATE)
+_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+            zipfile.ZIP_LZMA: "lzma"}
+
+
+def _open_npz(path: Path) -> tuple[zipfile.ZipFile, list[zipfile.ZipInfo]]:
+    """The archive and its array entries, each checked as far as the zip directory tells."""
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError):
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError):
         found = sniff(path)
         if found.startswith("it is a zip archive"):
             found = "it starts like a zip archive but is truncated or damaged"
         raise IrcError(f"'{path}' is not an .npz archive: {found}") from None
-    out: dict[str, np.ndarray] = {}
+    entries = [i for i in archive.infolist() if not i.is_dir()]
+    seen: set[str] = set()
+    for info in entries:
+        name = info.filename
+        if name.endswith("data.pkl"):
+            archive.close()
+            raise IrcError(f"'{path}' is a PyTorch checkpoint (torch.save), not an .npz of arrays: it holds "
+                           "pickles, which irc never loads; save the weights with safetensors or numpy.savez instead")
+    for info in entries:
+        name, what = info.filename, f"'{path}': entry '{_short(info.filename)}'"
+        problem = None
+        if not name.endswith(".npy"):
+            problem = f"{what} is not a .npy array; an .npz of weights holds only .npy arrays, one per weight"
+        elif info.flag_bits & 0x1:
+            problem = f"{what} is encrypted; irc reads only plain .npz archives (numpy.savez writes them)"
+        elif info.compress_type not in _METHODS:
+            problem = (f"{what} is compressed with zip method {info.compress_type}, which irc cannot inflate "
+                       f"(it reads {', '.join(_METHODS.values())}; numpy.savez_compressed writes deflate)")
+        elif name in seen:
+            problem = f"{what} appears twice in the archive; each weight must be stored once"
+        if problem:
+            archive.close()
+            raise IrcError(problem)
+        seen.add(name)
+    return archive, entries
+
+
+def _weight_name(path: Path, info: zipfile.ZipInfo) -> str:
+    return f"'{path}': weight '{_short(info.filename.removesuffix('.npy'))}'"
+
+
+def read_npz_header(path: Path) -> dict[str, ArraySpec]:
+    """``{name: ArraySpec}`` of an ``.npz`` archive, from each entry's ``.npy`` header: no data is read
+    (only the first bytes of each entry are inflated)."""
+    out: dict[str, ArraySpec] = {}
+    archive, entries = _open_npz(path)
     with archive:
-        entries = [i for i in archive.infolist() if not i.is_dir()]
-        if any(i.filename.endswith("data.pkl") for i in entries):
-            raise IrcError(f"'{path}' is a PyTorch checkpoint (torch.save), not an .npz of arrays: it holds pickles, "
-                           "which irc never loads; save the weights with safetensors or numpy.savez instead")
         for info in entries:
-            name = info.filename
-            if not name.endswith(".npy"):
-                raise IrcError(f"'{path}': entry '{name}' is not a .npy array; an .npz of weights holds only "
-                               ".npy arrays, one per weight")
-            with archive.open(info) as f:
-                out[name.removesuffix(".npy")] = read_npy(f, info.file_size, f"'{path}': weight '{name[:-4]}'")
+            what = _weight_name(path, info)
+            try:
+                with archive.open(info) as f:
+                    out[info.filename.removesuffix(".npy")] = _npy_header(f, info.file_size, what)[0]
+            except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
+                raise _damaged(what, e) from None
+    return out
+
+
+def read_npz(path: Path, keys: set[str] | None = None) -> dict[str, np.ndarray]:
+    """``{name: array}`` from an ``.npz`` archive, only the entries named in ``keys`` when given;
+    each array is read into one buffer of its declared size (inflating stops there)."""
+    out: dict[str, np.ndarray] = {}
+    archive, entries = _open_npz(path)
+    with archive:
+        for info in entries:
+            name = info.filename.removesuffix(".npy")
+            if keys is not None and name not in keys:
+                continue
+            what = _weight_name(path, info)
+            try:
+                with archive.open(info) as f:
+                    spec, fortran = _npy_header(f, info.file_size, what)
+                    out[name] = _read_data(f, spec, fortran, what)
+            except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
+                raise _damaged(what, e) from None
     return out

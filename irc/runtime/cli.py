@@ -12,6 +12,7 @@ passes are checked along with the kernels.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import threading
 import time
@@ -19,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from irc.diagnostics import IrcError, UsageError
+from irc.diagnostics import IrcError, UsageError, did_you_mean, quote
 from irc.graph import Graph
 from irc.output_files import write_atomically
 from irc.runtime.compare import nonfinite, rel_error
-from irc.runtime.memory import available_bytes, estimate_bytes, fmt_bytes, parse_size
+from irc.runtime.memory import available_bytes, fmt_bytes, parse_size, run_phases
 
 DEFAULT_TOLERANCE = 1e-4  # fp32 backend against the float64 reference, normwise
 FUSING_BACKENDS = ("cpu",)  # backends that get the fused graph by default
@@ -37,53 +38,49 @@ def note(message: str) -> None:
 
 
 def load_bound_graph(args: argparse.Namespace) -> Graph:
-    """Load with -D bindings; an unbound B defaults to 1 (said so), any other free symbol is an error."""
-    from irc.pipeline import load_graph, parse_defines
+    """Load with -D bindings; unbound sizes take the defaults ``analyze`` gives them (said in a note),
+    and a symbol with no default is an error naming it."""
+    from irc.pipeline import defaults_note, load_with_defaults, parse_defines
 
-    bindings = parse_defines(args.defines)
-    graph = load_graph(args.file, bindings, getattr(args, "model", None))
-    free = [s for s in graph.symbols if s not in graph.bindings]
-    others = [s for s in free if s != "B"]
-    if others:
-        example = " ".join(f"-D {s}=64" for s in others)
-        raise IrcError(f"model '{graph.name}' has unbound size(s) {', '.join(others)}; running needs concrete "
-                       f"sizes: bind {'them' if len(others) > 1 else 'it'} with -D (for example: {example})",
-                       notes=["an unbound B defaults to 1"] if "B" in free else None)
-    if free:
-        note("B is not bound; running with B=1 (bind it with -D B=N)")
-        return load_graph(args.file, {**bindings, "B": 1}, getattr(args, "model", None))
+    graph, defaulted = load_with_defaults(args.file, parse_defines(args.defines), getattr(args, "model", None))
+    if defaulted:
+        note(defaults_note(defaulted))
     return graph
 
 
-def guard_memory(graph: Graph, check: bool, max_memory: str | None) -> None:
-    """Refuse before allocating when weights + activations would not fit."""
-    w32, a32 = estimate_bytes(graph, 4)
-    need = w32 + a32
-    parts = f"weights {fmt_bytes(w32)} + activations {fmt_bytes(a32)}"
-    if check:
-        w64, a64 = estimate_bytes(graph, 8)
-        need += w64 + a64
-        parts += f" + float64 reference {fmt_bytes(w64 + a64)}"
+def guard_memory(graph: Graph, check: bool, max_memory: str | None, backend: str = "numpy",
+                 random_weights: bool = True) -> None:
+    """Refuse before allocating when the run's largest phase would not fit in the tightest limit
+    (--max-memory, else the memory available, the container's cgroup limit and ``ulimit -v``)."""
+    phases = run_phases(graph, backend, check, random_weights)
+    name, parts = max(phases, key=lambda p: sum(p[1].values()))
+    need = sum(parts.values())
     if max_memory is not None:
         try:
-            limit = parse_size(max_memory)
+            limit: int | None = parse_size(max_memory)
         except ValueError as e:
             raise UsageError(f"--max-memory: {e}") from None
         where = "the --max-memory limit"
     else:
-        limit = available_bytes()
-        where = "the memory available"
+        found = available_bytes()
+        limit, where = found if found is not None else (None, "")
     if limit is not None and need > limit:
-        raise IrcError(f"running '{graph.name}' needs about {fmt_bytes(need)} ({parts}), more than {where} "
+        listed = " + ".join(f"{part} {fmt_bytes(n)}" for part, n in parts.items())
+        raise IrcError(f"running '{graph.name}' needs about {fmt_bytes(need)} ({listed}), more than {where} "
                        f"({fmt_bytes(limit)}); bind smaller sizes with -D, or pass --max-memory SIZE to override")
 
 
 def _weights(graph: Graph, args: argparse.Namespace) -> tuple[dict[str, np.ndarray], str]:
     from irc.runtime.init import init_weights
-    from irc.runtime.weights import load_checked
+    from irc.runtime.weights import load_for_model
 
-    if args.weights:
-        return load_checked(args.weights, graph), f"'{args.weights}'"
+    if args.weights:  # a file, a checkpoint folder or a sharded index; HF names through the model's weight map
+        return load_for_model(args.weights, graph, args.file, note), f"'{args.weights}'"
+    from irc.frontends.onnx.importer import initializer_weights
+
+    found = initializer_weights(args.file, graph)  # an ONNX model's initializers are its weights
+    if found is not None:
+        return found, f"the initializers of '{args.file}'"
     return init_weights(graph, args.seed), f"random (seed {args.seed})"
 
 
@@ -111,8 +108,8 @@ class CompileProgress:
     def _first(self) -> None:
         with self.lock:
             if not self.shown:
-                self._say(f"compiling '{self.graph.name}' for the {self.backend} backend (the first compile of a "
-                          "model takes a while; later runs use the cache)...")
+                self._say(f"compiling '{self.graph.name}' for the {self.backend} backend (or loading it from the "
+                          "kernel cache)...")
 
     def __call__(self, done: int, total: int, what: str) -> None:
         with self.lock:
@@ -120,12 +117,21 @@ class CompileProgress:
             if self.shown and done < total and now - self.last >= PROGRESS_EVERY_S:
                 self._say(f"  compiled {done}/{total} kernels ({now - self.start:.0f} s), now {what}")
 
-    def finish(self, ok: bool = True) -> None:
-        """Stop the timer; say how long it took only if the compile succeeded (an error speaks for itself)."""
+    def finish(self, ok: bool = True, compiled: object = None) -> None:
+        """Stop the timer; say how long it took only if the compile succeeded (an error speaks for itself),
+        and whether the kernels came from the cache (a backend's ``stats.compiled`` counts the fresh ones)."""
         self.timer.cancel()
         with self.lock:
             if self.shown and ok:
-                self._say(f"compiled in {time.perf_counter() - self.start:.1f} s")
+                seconds = time.perf_counter() - self.start
+                fresh = getattr(getattr(compiled, "stats", None), "compiled", None)
+                if fresh == 0:
+                    self._say(f"loaded from the kernel cache in {seconds:.1f} s")
+                elif fresh is not None:
+                    self._say(f"compiled in {seconds:.1f} s (the first compile of a model takes a while; "
+                              "later runs load it from the cache)")
+                else:
+                    self._say(f"compiled in {seconds:.1f} s")
 
 
 def backend_passes(args: argparse.Namespace) -> list[str]:
@@ -153,8 +159,11 @@ def _compile(graph: Graph, backend_name: str):
     except BaseException:
         progress.finish(ok=False)
         raise
-    progress.finish()
+    progress.finish(compiled=compiled)
     return compiled
+
+
+SUMMARY_CHUNK = 1 << 20  # elements per step of the summary statistics: its scratch stays a few MiB
 
 
 def summary_line(label: str, arr: np.ndarray) -> str:
@@ -162,24 +171,52 @@ def summary_line(label: str, arr: np.ndarray) -> str:
     shape = f"{dtype}[{','.join(str(d) for d in arr.shape)}]"
     if arr.size == 0:
         return f"  {label}  {shape}  (empty)"
-    a = arr.astype(np.float64)
-    finite = a[np.isfinite(a)]
+    stats = finite_stats(arr)
     bad = nonfinite(arr)
-    if finite.size == 0:
+    if stats is None:
         return f"  {label}  {shape}  no finite values ({bad})"
-    stats = (f"mean={finite.mean():.6g}  std={finite.std():.6g}  min={finite.min():.6g}  max={finite.max():.6g}")
-    return f"  {label}  {shape}  {stats}" + (f"  ({bad}; statistics over the finite values)" if bad else "")
+    mean, std, lo, hi = stats
+    text = f"mean={mean:.6g}  std={std:.6g}  min={lo:.6g}  max={hi:.6g}"
+    return f"  {label}  {shape}  {text}" + (f"  ({bad}; statistics over the finite values)" if bad else "")
+
+
+def finite_stats(arr: np.ndarray) -> tuple[float, float, float, float] | None:
+    """(mean, std, min, max) over the finite values, or None when there are none.
+
+    Two passes over chunks of SUMMARY_CHUNK elements (the mean, then the squared deviations
+    from it, both summed in float64), so an output of gigabytes costs a few MiB here rather
+    than the float64 copy, mask and filtered copy of a one-line NumPy version.
+    """
+    flat = arr.reshape(-1)
+    count, total, lo, hi = 0, 0.0, np.inf, -np.inf
+    for start in range(0, flat.size, SUMMARY_CHUNK):
+        part = flat[start:start + SUMMARY_CHUNK].astype(np.float64)
+        part = part[np.isfinite(part)]
+        if part.size:
+            count += part.size
+            total += float(part.sum())
+            lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
+    if count == 0:
+        return None
+    mean = total / count
+    square = 0.0
+    for start in range(0, flat.size, SUMMARY_CHUNK):
+        part = flat[start:start + SUMMARY_CHUNK].astype(np.float64)
+        part = part[np.isfinite(part)] - mean
+        square += float(np.dot(part, part))
+    return mean, (square / count) ** 0.5, lo, hi
 
 
 def print_profile(profile: dict[str, float] | None, backend: str, total: float,
-                  nodes: list[tuple[str, str, float]] | None = None) -> None:
-    """Per-op time and share of the profiled run; then the slowest nodes (``%name (op)``)."""
+                  nodes: list[tuple[str, str, float]] | None = None, runs: int = 1) -> None:
+    """Per-op time and share (the median of the timed runs); then the slowest nodes (``%name (op)``)."""
     if not profile:
-        print(f"profile: the {backend} backend reports no per-op times; the whole run took {total * 1e3:.2f} ms")
+        print(f"profile: the {backend} backend reports no per-op times; the whole run took {total * 1e3:.2f} ms"
+              + (" (median)" if runs > 1 else ""))
         return
     spent = sum(profile.values()) or 1e-12
     width = max(len(op) for op in profile)
-    print(f"profile ({backend} backend, one run):")
+    print(f"profile ({backend} backend, " + (f"median of {runs} runs):" if runs > 1 else "one run):"))
     print(f"  {'op':<{width}}  {'ms':>10}  {'share':>6}")
     for op, sec in sorted(profile.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {op:<{width}}  {sec * 1e3:>10.3f}  {100 * sec / spent:>5.1f}%")
@@ -237,17 +274,84 @@ def save_outputs(path: str, outputs: dict[str, np.ndarray], *, rehearse: bool = 
     write_atomically(path, lambda f: np.savez(f, **outputs), rehearse=rehearse)
 
 
+PROFILE_WARMUP = 1  # with --profile: untimed runs first (first-touch page faults, caches)
+PROFILE_REPEAT = 3  # and timed runs, of which the median is reported
+
+
+def check_backend(name: str) -> None:
+    """An unknown ``--backend`` is bad usage (exit 2), found before the model is even read."""
+    from irc.backends import BACKENDS
+
+    if name not in BACKENDS:
+        raise UsageError(f"--backend: unknown backend '{quote(name)}' (known: {', '.join(BACKENDS)})"
+                         f"{did_you_mean(name, BACKENDS)}")
+
+
+def _warmup(args: argparse.Namespace) -> int:
+    given = getattr(args, "warmup", None)
+    return given if given is not None else (PROFILE_WARMUP if args.profile else 0)
+
+
+def _repeat(args: argparse.Namespace) -> int:
+    given = getattr(args, "repeat", None)
+    return given if given is not None else (PROFILE_REPEAT if args.profile else 1)
+
+
+def timed_runs(compiled: object, weights: dict, inputs: dict, args: argparse.Namespace):
+    """Run ``--warmup`` untimed times, then ``--repeat`` timed times: (outputs of the last run,
+    seconds of each timed run, the median seconds per op, the median per node) when profiling."""
+    profiling = bool(args.profile) and hasattr(compiled, "profile")
+    for _ in range(_warmup(args)):
+        compiled.run(weights, inputs)  # type: ignore[attr-defined]
+    seconds: list[float] = []
+    per_op: list[dict[str, float]] = []
+    per_node: list[list[tuple[str, str, float]]] = []
+    outputs: dict = {}
+    for _ in range(_repeat(args)):
+        if profiling:
+            compiled.profile = {}  # type: ignore[attr-defined]
+        start = time.perf_counter()
+        outputs = compiled.run(weights, inputs)  # type: ignore[attr-defined]
+        seconds.append(time.perf_counter() - start)
+        if profiling:
+            per_op.append(dict(compiled.profile or {}))  # type: ignore[attr-defined]
+            per_node.append(node_times(compiled) or [])
+    profile = _median_table(per_op) if per_op and any(per_op) else None
+    nodes = None
+    if per_node and per_node[0]:
+        nodes = [(name, op, statistics.median(run[i][2] for run in per_node if i < len(run)))
+                 for i, (name, op, _) in enumerate(per_node[0])]
+    return outputs, seconds, profile, nodes
+
+
+def _median_table(runs: list[dict[str, float]]) -> dict[str, float]:
+    ops = sorted({op for run in runs for op in run})
+    return {op: statistics.median(run.get(op, 0.0) for run in runs) for op in ops}
+
+
+def run_line(seconds: list[float], warmup: int) -> str:
+    """``run: 1.23 ms`` for one run; the median, spread and warm-up for several."""
+    if len(seconds) == 1 and not warmup:
+        return f"run: {seconds[0] * 1e3:.2f} ms"
+    after = f" after {warmup} warm-up run{'s' if warmup != 1 else ''}" if warmup else ""
+    if len(seconds) == 1:
+        return f"run: {seconds[0] * 1e3:.2f} ms{after}"
+    return (f"run: median {statistics.median(seconds) * 1e3:.2f} ms of {len(seconds)} runs (min "
+            f"{min(seconds) * 1e3:.2f}, max {max(seconds) * 1e3:.2f}){after}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from irc.backends.numpy_ref import run_graph
     from irc.runtime.inputs import load_input_files, random_inputs
 
     if args.tolerance is not None and not args.tolerance > 0:
         raise UsageError(f"--tolerance must be positive, got {args.tolerance}")
+    check_backend(args.backend)
     tolerance = args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE
     if args.output:
         save_outputs(args.output, {}, rehearse=True)
     graph = load_bound_graph(args)
-    guard_memory(graph, args.check, args.max_memory)
+    guard_memory(graph, args.check, args.max_memory, args.backend, random_weights=args.weights is None)
     given = load_input_files(graph, args.inputs)
     weights, origin = _weights(graph, args)
     inputs = random_inputs(graph, args.seed, given)
@@ -259,12 +363,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         executed = graph
     compiled = _compile(executed, args.backend)
-    if args.profile and hasattr(compiled, "profile"):
-        compiled.run(weights, inputs)  # warm: the profile shows steady-state times, not first-touch costs
-        compiled.profile = {}
-    start = time.perf_counter()
-    outputs = compiled.run(weights, inputs)
-    seconds = time.perf_counter() - start
+    outputs, seconds, profile, per_node = timed_runs(compiled, weights, inputs, args)
 
     binds = ", ".join(f"{k}={graph.bindings[k]}" for k in graph.symbols if k in graph.bindings)
     drawn = [n for n in inputs if n not in given]
@@ -274,9 +373,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"passes: {', '.join(passes)} ({len(graph.nodes)} nodes -> {len(executed.nodes)})")
     for label, _ in graph.outputs:
         print(summary_line(label, np.asarray(outputs[label])))
-    print(f"run: {seconds * 1e3:.2f} ms")
+    print(run_line(seconds, _warmup(args)))
     if args.profile:
-        print_profile(getattr(compiled, "profile", None), args.backend, seconds, node_times(compiled))
+        print_profile(profile, args.backend, statistics.median(seconds), per_node, len(seconds))
     if args.output:
         save_outputs(args.output, {label: np.asarray(outputs[label]) for label, _ in graph.outputs})
     if args.check:

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import numpy as np
 
+CHUNK = 1 << 20  # elements compared at a time: the float64 scratch stays a few MiB for any output size
+
 
 def rel_error(a: np.ndarray, ref: np.ndarray) -> float:
-    a64, r64 = np.asarray(a, np.float64), np.asarray(ref, np.float64)
-    if a64.shape != r64.shape:
-        raise ValueError(f"shapes differ: {a64.shape} and {r64.shape}")
-    if a64.size == 0:
+    a, ref = np.asarray(a), np.asarray(ref)
+    if a.shape != ref.shape:
+        raise ValueError(f"shapes differ: {a.shape} and {ref.shape}")
+    if a.size == 0:
         return 0.0
-    scale = float(np.max(np.abs(r64)))
-    diff = float(np.max(np.abs(a64 - r64)))
+    fa, fr = a.reshape(-1), ref.reshape(-1)
+    scale = diff = 0.0
+    for start in range(0, fa.size, CHUNK):  # in chunks: whole-array float64 temporaries cost 6x the output
+        r64 = fr[start:start + CHUNK].astype(np.float64)
+        a64 = fa[start:start + CHUNK].astype(np.float64)
+        scale = max(scale, float(np.max(np.abs(r64))))
+        diff = max(diff, float(np.max(np.abs(a64 - r64))))
     return diff / scale if scale > 0 else diff
 
 
@@ -26,7 +33,9 @@ def nonfinite(a: np.ndarray) -> str | None:
     a = np.asarray(a)
     if a.dtype.kind not in "fc":
         return None
-    nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+    flat = a.reshape(-1)
+    nan = sum(int(np.count_nonzero(np.isnan(flat[i:i + CHUNK]))) for i in range(0, flat.size, CHUNK))
+    inf = sum(int(np.count_nonzero(np.isinf(flat[i:i + CHUNK]))) for i in range(0, flat.size, CHUNK))
     if not nan and not inf:
         return None
     return ", ".join(p for p in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if p)

@@ -1,14 +1,16 @@
-"""Deterministic initial weights from a seed, by the chapter's rules.
+"""Deterministic initial weights from a seed, by the rule each op's record declares per parameter.
 
-- Transformer parts (attention projections, FFN/SwiGLU matrices, embeddings, learned
-  positions, an untied unembedding, T5 relative bias): normal(0, 0.02), as GPT-2 does.
-- Other matrices and kernels (linear, conv, rnn/lstm/gru): He normal, Var = 2/fan_in, when
-  the layer feeds a ReLU (directly or through batchnorm, dropout, identity or a residual
-  add), else Xavier uniform, Var = 2/(fan_in + fan_out). An FFN with act=relu takes He for
-  its first matrix: the ReLU rule wins.
-- Biases 0, except the LSTM forget gate's (rows h..2h): its forget_bias attribute (default 1.0,
-  so sigmoid(b_f) starts at 0.73).
-- Norms: gain 1, bias 0. BatchNorm buffers: running_mean 0, running_var 1.
+The rules (``irc.ops.registry.INIT_RULES``), as the chapter gives them:
+- ``normal``: normal(0, 0.02), as GPT-2 does, for transformer parts (attention projections, FFN and
+  SwiGLU matrices, embeddings, learned positions, an untied unembedding, T5's relative bias);
+- ``fan``: He normal, Var = 2/fan_in, when the layer feeds a rectifier (directly or through a batch
+  norm, a pass-through op or a residual add), else Xavier uniform, Var = 2/(fan_in + fan_out);
+- ``he``, ``xavier``: those two regardless of what follows (an FFN with act=relu takes He for its first
+  matrix; a relu rnn He, other recurrent matrices Xavier);
+- ``zeros`` (biases, running means), ``ones`` (gains, running variances), ``forget_gate`` (the LSTM
+  bias: zeros with the forget gate's rows h..2h at the forget_bias attribute, so sigmoid(b_f) starts
+  at 0.73).
+A parameter whose op declares no rule is an error, never a silent zero.
 
 Each key draws from its own stream, seeded by (seed, crc32(key)): a weight's initial value
 depends only on the seed, its key and its shape, never on the rest of the graph.
@@ -22,12 +24,12 @@ from math import prod, sqrt
 import numpy as np
 
 from irc.graph import Graph, Node
+from irc.ops import get_op
 from irc.runtime.weights import WEIGHT_DTYPE, expected_weights, node_weight_keys
 
-TRANSFORMER_OPS = {"attention", "ffn", "swiglu", "embedding", "positional", "unembed"}
-RELU_OPS = {"relu", "leaky_relu"}
-PASS_THROUGH = {"batchnorm", "dropout", "identity", "add"}  # ops between a layer and the ReLU it feeds
 GPT_STD = 0.02
+# what may stand between a layer and the rectifier it feeds for the He rule to apply
+_TRANSPARENT = ("batch_norm", "pass_through", "residual")
 
 
 def key_rng(seed: int, key: str) -> np.random.Generator:
@@ -35,15 +37,19 @@ def key_rng(seed: int, key: str) -> np.random.Generator:
 
 
 def feeds_relu(graph: Graph, node: Node, users: dict[str, list[Node]] | None = None) -> bool:
+    """Whether ``node`` feeds a rectifier, directly or through ops that keep its sign structure."""
     users = graph.users() if users is None else users
     seen: set[str] = set()
     frontier = [node.outputs[0]]
     while frontier:
         value = frontier.pop()
         for user in users.get(value, []):
-            if user.op in RELU_OPS:
+            opdef = get_op(user.op)
+            if opdef is None:
+                continue
+            if opdef.has("rectifier"):
                 return True
-            if user.op in PASS_THROUGH and user.outputs[0] not in seen:
+            if opdef.has(*_TRANSPARENT) and user.outputs[0] not in seen:
                 seen.add(user.outputs[0])
                 frontier.append(user.outputs[0])
     return False
@@ -73,24 +79,24 @@ def _xavier(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def _init_one(node: Node, name: str, shape: tuple[int, ...], rng: np.random.Generator, relu: bool) -> np.ndarray:
-    op = node.op
-    if name in ("gain", "running_var"):
+def _init_one(node: Node, rule: str, shape: tuple[int, ...], rng: np.random.Generator,
+              users: dict[str, list[Node]], graph: Graph) -> np.ndarray:
+    if rule == "zeros":
+        return np.zeros(shape)
+    if rule == "ones":
         return np.ones(shape)
-    if name == "running_mean" or (len(shape) == 1 and not (op == "lstm" and name == "bias")):
-        return np.zeros(shape)  # every other 1-D parameter is a bias
-    if op == "lstm" and name == "bias":
+    if rule == "forget_gate":  # gates i, f, g, o: the forget gate's rows
         h = shape[0] // 4
         b = np.zeros(shape)
-        b[h:2 * h] = node.attrs.get("forget_bias", 1.0)  # gates i, f, g, o: the forget gate
+        b[h:2 * h] = node.attrs.get("forget_bias", 1.0)
         return b
-    if op == "ffn" and name == "w1" and node.attrs.get("act") == "relu":
-        return _he(rng, shape)
-    if op in TRANSFORMER_OPS or name == "rel_bias":
+    if rule == "normal":
         return _normal(rng, shape, GPT_STD)
-    if relu or (op == "rnn" and node.attrs.get("act") == "relu"):
+    if rule == "he" or (rule == "fan" and feeds_relu(graph, node, users)):
         return _he(rng, shape)
-    return _xavier(rng, shape)
+    if rule in ("xavier", "fan"):
+        return _xavier(rng, shape)
+    raise AssertionError(f"op '{node.op}' names an unknown init rule '{rule}'")
 
 
 def init_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -103,11 +109,15 @@ def init_weights(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         keys = node_weight_keys(node, types)
         if not keys:
             continue
-        relu = feeds_relu(graph, node, users) if node.op in ("linear", "conv1d", "conv2d") else False
+        opdef = get_op(node.op)
+        rules = opdef.init_rules(node.attrs) if opdef is not None else {}
         for name, key in keys.items():
             if key in out or node.weights is None or not key.startswith(f"{node.weights}."):
                 continue  # shared or tied: initialised once, by its owner
-            value = _init_one(node, name, expected[key], key_rng(seed, key), relu)
+            if name not in rules:
+                raise AssertionError(f"op '{node.op}' declares no init rule for its parameter '{name}' (add it to "
+                                     "the op's init= in irc/ops/)")
+            value = _init_one(node, rules[name], expected[key], key_rng(seed, key), users, graph)
             out[key] = value.astype(WEIGHT_DTYPE, copy=False)
     missing = set(expected) - set(out)
     assert not missing, f"no initialiser reached {sorted(missing)}"

@@ -9,7 +9,7 @@ import numpy as np
 
 from irc.diagnostics import IrcError, UsageError, os_error_words
 from irc.graph import Graph, Node
-from irc.runtime.array_files import check_file, read_npy_file
+from irc.runtime.array_files import ArraySpec, check_file, read_npy_file, read_npy_header_file
 from irc.runtime.weights import fmt_shape
 
 INT_RANGE = 16  # integer inputs that feed no embedding draw from [0, 16)
@@ -61,7 +61,7 @@ def load_input_files(graph: Graph, specs: list[str]) -> dict[str, np.ndarray]:
                            f"(inputs: {', '.join(nodes) or 'none'})")
         if name in out:
             raise UsageError(f"--input {name} is given twice")
-        arr = _read_npy(Path(file))
+        arr = _read_npy(Path(file), header_only=True)  # shape and dtype checked before any data is read
         node = nodes[name]
         shape = concrete_shape(node)
         if tuple(arr.shape) != shape:
@@ -73,6 +73,7 @@ def load_input_files(graph: Graph, specs: list[str]) -> dict[str, np.ndarray]:
         if not node.types[0].is_float and arr.dtype.kind not in "iu":
             raise IrcError(f"--input {name}: '{file}' holds {arr.dtype} values, but input '{name}' is "
                            f"{node.types[0].dtype}: it expects integer ids")
+        arr = _read_npy(Path(file))
         bound = token_bound(graph, node)
         if bound is not None and arr.size and (arr.min() < 0 or arr.max() >= bound):
             bad = arr.min() if arr.min() < 0 else arr.max()
@@ -81,9 +82,9 @@ def load_input_files(graph: Graph, specs: list[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _read_npy(path: Path) -> np.ndarray:
+def _read_npy(path: Path, header_only: bool = False) -> np.ndarray | ArraySpec:
     check_file(path, "input file")
     try:
-        return read_npy_file(path)
+        return read_npy_header_file(path) if header_only else read_npy_file(path)
     except OSError as e:  # permissions, I/O errors
         raise IrcError(f"cannot read '{path}': {os_error_words(e)}") from None

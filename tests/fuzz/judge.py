@@ -83,7 +83,7 @@ def _text_of(file: str, written: dict[str, str]) -> str | None:
 
 def check_location(err: Exception, written: dict[str, str]) -> Verdict:
     """An IrcError is fine when it points at a line and column inside a real file."""
-    from irc.diagnostics import render
+    from irc.diagnostics import quote, render
 
     loc = getattr(err, "loc", None)
     message = getattr(err, "message", str(err))
@@ -100,7 +100,8 @@ def check_location(err: Exception, written: dict[str, str]) -> Verdict:
         return Verdict(BAD_LOC, f"{loc}: column outside 1..{width + 1}: {message}", type(err).__name__)
     quoted = _quoted_line(render(err), loc.line)  # rendering must not fail either
     want = lines[loc.line - 1].removesuffix("\r").expandtabs(1).strip()
-    if quoted is not None and quoted not in want and want not in quoted:
+    shown = quote(lines[loc.line - 1].removesuffix("\r").expandtabs(1), 10**9)  # as irc shows it: escaped
+    if quoted is not None and quoted not in want and want not in quoted and quoted.strip("…") not in shown:
         return Verdict(BAD_LOC, f"{loc}: the diagnostic quotes {quoted!r}, not line {loc.line} {want!r}: {message}",
                        type(err).__name__)
     return Verdict(ERROR, message)

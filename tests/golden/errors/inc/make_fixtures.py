@@ -28,7 +28,8 @@ BAD_NPY = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(BAD_HEADER)) + BAD_HEADER
 
 def npy(descr: str, shape: tuple[int, ...], data: bytes) -> bytes:
     """A version 1.0 .npy file: magic, header length, the header dict padded to 64 bytes, data."""
-    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
+    quoted = descr if descr.startswith("(") else f"'{descr}'"  # a sub-array dtype is a tuple literal
+    header = f"{{'descr': {quoted}, 'fortran_order': False, 'shape': {shape!r}, }}"
     pad = -(10 + len(header) + 1) % 64
     text = (header + " " * pad + "\n").encode("latin1")
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + data
@@ -83,6 +84,21 @@ def _flip_last_data_byte(archive: bytes, entry: bytes) -> bytes:
     return archive[:at] + bytes([archive[at] ^ 0xFF]) + archive[at + 1:]
 
 
+def _patch_entry(archive: bytes, *, flags: int | None = None, method: int | None = None) -> bytes:
+    """Set the general-purpose flags or the compression method of every entry, in the local headers
+    (offsets 6 and 8 after ``PK\\3\\4``) and the central directory (8 and 10 after ``PK\\1\\2``)."""
+    out = bytearray(archive)
+    for sig, at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        i = out.find(sig)
+        while i >= 0:
+            if flags is not None:
+                out[i + at:i + at + 2] = struct.pack("<H", flags)
+            if method is not None:
+                out[i + at + 2:i + at + 4] = struct.pack("<H", method)
+            i = out.find(sig, i + 4)
+    return bytes(out)
+
+
 def weights() -> dict[str, bytes]:
     good_st = safetensors(GOOD_ST)
     n = struct.unpack("<Q", good_st[:8])[0]
@@ -115,9 +131,18 @@ def weights() -> dict[str, bytes]:
         "w_header_utf8.safetensors": length + header.replace(b"y.w", b"\xff.w") + data,
         "w_header_entry.safetensors": safetensors({"y.bias": GOOD_ST["y.bias"],
                                                    "y.weight": ("F32", [3, 5], f32(tenths(12)))}),
-        "w_bf16.safetensors": safetensors({"y.bias": GOOD_ST["y.bias"],
-                                           "y.weight": ("BF16", [3, 4], bytes(24))}),
+        "w_fp8.safetensors": safetensors({"y.bias": GOOD_ST["y.bias"],
+                                          "y.weight": ("F8_E4M3", [3, 4], bytes(12))}),
         "w_gap.safetensors": good_st + bytes(8),
+        # malformed in ways that once ended in an internal error
+        "w_dtype_list.safetensors": safetensors({"y.bias": GOOD_ST["y.bias"], "y.weight": (["F32"], [3, 4],
+                                                                                          f32(tenths(12)))}),
+        "w_long_number.safetensors": struct.pack("<Q", n + 5007) + header[:-1] + b',"x":' + b"9" * 5000 + b"}"
+        + data,
+        "w_encrypted.npz": _patch_entry(GOOD_NPZ, flags=1),
+        "w_method99.npz": _patch_entry(GOOD_NPZ, method=99),
+        "w_subarray.npz": zip_of({"y.weight.npy": npy("('<f4', (2,))", (3, 2), f32(tenths(12))),
+                                  "y.bias.npy": BIAS}),
     }
 
 
@@ -134,6 +159,8 @@ def inputs() -> dict[str, bytes]:
         "x_pickle.npy": PAYLOAD,
         "x_truncated.npy": good[:-10],
         "x_bad_header.npy": BAD_NPY,
+        "x_subarray.npy": npy("('<f4', (2,))", (2, 3, 2), f32(tenths(24))),
+        "x_huge_shape.npy": npy("<f4", (2**40, 2**40, 0), b""),
     }
 
 
