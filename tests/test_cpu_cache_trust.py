@@ -269,6 +269,7 @@ def test_the_compile_child_dies_with_irc(tmp_path: Path, sig: signal.Signals) ->
         children = _compile_children(parent.pid)
     assert children, "the compile child did not start"
     time.sleep(0.5)  # the child is compiling
+    assert all(_alive(c) for c in children), "the compile child ended before the signal: the test shows nothing"
     parent.send_signal(sig)
     parent.wait(timeout=30)
     # a child left alone would go on to the end of its kernel (seconds: these take 1-5 s each)

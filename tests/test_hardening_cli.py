@@ -154,11 +154,11 @@ def test_a_signal_during_a_write_removes_the_temporary_file(tmp_path: Path, sign
 def test_main_turns_sigterm_into_exit_143(tmp_path: Path) -> None:
     """The real command line: a run killed with SIGTERM says so and leaves no temporary file."""
     slow = tmp_path / "slow.arch"  # a model big enough to take a moment on NumPy, small in memory
-    slow.write_text("model s() {\n  input x: f32[8192, 256]\n  block layer(h) { return linear(h, 256) }\n"
-                    "  output y = repeat(500) layer(x)\n}\n")  # about 8 s of NumPy, 200 MB
+    slow.write_text("model s() {\n  input x: f32[32768, 256]\n  block layer(h) { return linear(h, 256) }\n"
+                    "  output y = repeat(500) layer(x)\n}\n")  # half a minute of NumPy or more, 300 MB
     child = subprocess.Popen([sys.executable, "-m", "irc.cli", "run", str(slow), "-o", str(tmp_path / "o.npz")],
                              stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+    time.sleep(3.0)  # past start-up (the handler is set first thing), far from the run's end
     child.send_signal(signal.SIGTERM)
     try:
         rc = child.wait(timeout=30)

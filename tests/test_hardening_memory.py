@@ -133,3 +133,8 @@ def test_chunked_comparison_matches_the_formula(monkeypatch: pytest.MonkeyPatch)
     bad = out.copy()
     bad[0, 0], bad[8, 6] = np.nan, np.inf
     assert compare.nonfinite(bad) == "1 NaN, 1 Inf"
+    # a NaN is never a match, in any chunk, whatever else the chunk holds (Python's max() drops NaN)
+    assert np.isnan(compare.rel_error(np.full((9, 7), np.nan), ref))
+    hidden = out.copy()
+    hidden[0, 0], hidden[0, 1] = np.nan, 100.0  # one chunk: a NaN next to a 100× error
+    assert not compare.rel_error(hidden, ref) <= 1e-5

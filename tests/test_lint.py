@@ -388,3 +388,12 @@ def test_library_warnings_point_at_the_users_call(irc_cli) -> None:
     assert first.startswith("models/t5_small.arch:") and "[IRC-W102]" in first
     assert "t5_encoder(" in err.splitlines()[1]  # the quoted line is the user's call
     assert "note: inside the library block 't5_encoder' at <lib>/transformer.arch:" in err
+
+
+def test_w112_reads_resampling_ops_without_a_kernel(tmp_path, irc_cli) -> None:
+    """pixel_shuffle and upsample are window ops with no kernel attribute: W112 must not crash on them."""
+    path = tmp_path / "ps.arch"
+    path.write_text("model m(B) {\n  input x: f32[B, 3, 64, 64]\n  a = conv2d(x, 16, 3, padding=1)\n"
+                    "  s = upsample(pixel_shuffle(a, 2), 2)\n  output y = conv2d(s, 2, 1)\n}\n")
+    result = irc_cli(["lint", str(path)])
+    assert result.rc == 0 and "IRC-W112" in result.err and "jump 0.25" in result.err

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(threads: int, out: Path, cache: Path) -> np.ndarray:
-    env = {**os.environ, "IRC_NUM_THREADS": str(threads), "IRC_CACHE_DIR": str(cache)}
+    # NUMBA_NUM_THREADS caps IRC_NUM_THREADS: set both, so the 2-thread run has 2 threads on any machine
+    env = {**os.environ, "IRC_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": "2", "IRC_CACHE_DIR": str(cache)}
     subprocess.run([sys.executable, "-m", "irc.cli", "run", str(ROOT / "models" / "gpt2_small.arch"), "-D", "T=48",
                     "-D", "B=2", "-D", "layers=2", "--backend", "cpu", "-o", str(out)],
                    check=True, capture_output=True, env=env, timeout=600)

@@ -49,7 +49,7 @@ def _per_axis(value, nd: int) -> tuple[int, ...]:
     return pair(value) if nd == 2 else (value,)
 
 
-def _window(node: Node, nd: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def window_of(node: Node, nd: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(effective kernel, stride) per axis."""
     a = node.attrs
     ks = _per_axis(a["kernel"], nd)
@@ -147,7 +147,7 @@ def _node_field(node: Node, types: dict[str, TensorType], fields: dict[str, Fiel
             if len(kernels) == 1 < nd:  # one factor for every spatial axis
                 kernels, strides = kernels * nd, strides * nd
         else:
-            kernels, strides = _window(node, nd)
+            kernels, strides = window_of(node, nd)
             x = types[node.inputs[0]]
             if all(s == 1 for s in node.type.shape[-nd:]) and all(
                     isinstance(n, int) and k >= n for k, n in zip(kernels, x.shape[-nd:])):

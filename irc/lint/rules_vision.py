@@ -110,14 +110,16 @@ def _with_pools(layers: list[tuple[int, int]], pools: int) -> list[tuple[int, in
 
 
 def _window_chain(ctx: LintContext, value: str, axis: int) -> list[tuple[int, int]]:
+    """(effective kernel, stride) along ``axis`` of the 2-D convolutions and pools upstream of ``value``
+    (resampling ops, whose record gives a step of their own, only move the jump: left out)."""
+    from irc.analysis.receptive import window_of
+
     chain = []
     for n in ctx.upstream_nodes(value):
         rule = get_op(n.op).receptive if get_op(n.op) is not None else None
-        if rule is not None and rule.kind == "window" and rule.nd == 2:  # 2-D convolutions and pools
-            k = pair(n.attrs["kernel"])[axis]
-            stride = n.attrs["stride"] if n.attrs["stride"] is not None else n.attrs["kernel"]
-            d = pair(n.attrs.get("dilation", 1))[axis]
-            chain.append((d * (k - 1) + 1, pair(stride)[axis]))
+        if rule is not None and rule.kind == "window" and rule.nd == 2 and rule.step is None:
+            kernels, strides = window_of(n, 2)
+            chain.append((kernels[axis], strides[axis]))
     return chain
 
 

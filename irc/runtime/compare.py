@@ -23,8 +23,10 @@ def rel_error(a: np.ndarray, ref: np.ndarray) -> float:
     for start in range(0, fa.size, CHUNK):  # in chunks: whole-array float64 temporaries cost 6x the output
         r64 = fr[start:start + CHUNK].astype(np.float64)
         a64 = fa[start:start + CHUNK].astype(np.float64)
-        scale = max(scale, float(np.max(np.abs(r64))))
-        diff = max(diff, float(np.max(np.abs(a64 - r64))))
+        s, d = float(np.max(np.abs(r64))), float(np.max(np.abs(a64 - r64)))
+        if np.isnan(s) or np.isnan(d):  # a NaN anywhere is no match (Python's max() would drop it)
+            return float("nan")
+        scale, diff = max(scale, s), max(diff, d)
     return diff / scale if scale > 0 else diff
 
 

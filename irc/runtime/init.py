@@ -82,12 +82,12 @@ def _xavier(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 def _init_one(node: Node, rule: str, shape: tuple[int, ...], rng: np.random.Generator,
               users: dict[str, list[Node]], graph: Graph) -> np.ndarray:
     if rule == "zeros":
-        return np.zeros(shape)
+        return np.zeros(shape, np.float32)
     if rule == "ones":
-        return np.ones(shape)
+        return np.ones(shape, np.float32)
     if rule == "forget_gate":  # gates i, f, g, o: the forget gate's rows
         h = shape[0] // 4
-        b = np.zeros(shape)
+        b = np.zeros(shape, np.float32)
         b[h:2 * h] = node.attrs.get("forget_bias", 1.0)
         return b
     if rule == "normal":

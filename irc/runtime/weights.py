@@ -9,8 +9,6 @@ never unpickles, and a damaged file is named with what is wrong.
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -169,25 +167,21 @@ def _kind(path: Path) -> str:
 
 
 def save_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
-    """Write atomically (a half-written file is never left behind), keys in sorted order."""
-    path = Path(path)
-    kind = _kind(path)
-    ordered = {k: np.ascontiguousarray(weights[k]) for k in sorted(weights)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp.{kind}")
-    os.close(fd)
-    try:
-        if kind == "npz":
-            with open(tmp, "wb") as f:
-                np.savez(f, **ordered)
-        else:
-            from safetensors.numpy import save_file
+    """Write atomically, keys in sorted order, by the rules of every irc output file (irc.output_files:
+    the folder must exist, the umask or an existing file's mode is kept, no temporary is left behind)."""
+    from irc.output_files import write_atomically
 
-            save_file(ordered, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    kind = _kind(Path(path))
+    ordered = {k: np.ascontiguousarray(weights[k]) for k in sorted(weights)}
+
+    def write(f) -> None:
+        if kind == "npz":
+            np.savez(f, **ordered)
+        else:
+            from safetensors.numpy import save
+
+            f.write(save(ordered))
+    write_atomically(str(path), write)
 
 
 def load_checked(path: str | Path, graph: Graph, note: Callable[[str], None] | None = None) -> dict[str, np.ndarray]:
