@@ -6,6 +6,7 @@ from irc.lint.context import LintContext
 from irc.lint.numbers import binary_bytes
 from irc.lint.registry import Finding, rule
 from irc.ops.attention import head_dim, is_cross, kv_heads
+from irc.ops.registry import ops_with
 
 KV_MAX_BYTES = 2**30  # per sequence at fp16: the chapter's GQA 7B holds 1 GiB at 8k tokens
 GQA_GROUP = 4  # the chapter's 32 query heads over 8 KV heads
@@ -14,7 +15,7 @@ GQA_GROUP = 4  # the chapter's 32 query heads over 8 KV heads
 @rule("IRC-W117", "attention-dominates", "attention costs more than the weight matmuls at the bound context")
 def attention_dominates(ctx: LintContext) -> list[Finding]:
     layers = [n for n in ctx.nodes("attention") if not is_cross(n)]
-    if not layers or not ctx.nodes("ffn", "swiglu"):
+    if not layers or not ctx.nodes(*ops_with("ffn")):
         return []  # the chapter's comparison is within transformer blocks: self-attention against the FFN
     a = ctx.analysis
     if a is None or not a.transformer or not a.context:

@@ -8,6 +8,7 @@ from irc.graph import Node
 from irc.lint.context import LintContext
 from irc.lint.numbers import percent
 from irc.lint.registry import Finding, rule
+from irc.ops.registry import ops_with
 
 TILE = 256  # the chapter rounds d_ff to a multiple of 256 so the matmul tiles cleanly
 MIN_TILE = 64  # below WIDE, rounding to 256 would add too much: ask for a multiple of 64
@@ -19,7 +20,7 @@ UNTIED_MAX_SHARE = 0.10  # an untied head this large is a second copy of the voc
 @rule("IRC-W114", "ffn-width-tile", f"an FFN hidden width off the matmul tile ({TILE} from {WIDE} up, else {MIN_TILE})")
 def ffn_tile(ctx: LintContext) -> list[Finding]:
     out = []
-    for node in ctx.nodes("ffn", "swiglu"):
+    for node in ctx.nodes(*ops_with("ffn")):
         h = node.attrs["hidden"]
         d = ctx.types[node.inputs[0]].shape[-1]
         if not isinstance(h, int) or h < MIN_TILE:

@@ -127,7 +127,7 @@ register(OpDef(
     ),
     _ffn_infer, _ffn_params, aliases=("mlp",),
     doc="position-wise feed-forward: linear(hidden) → act → linear(out)",
-    cost=_ffn_cost, init=_ffn_init, receptive=RF_LAST_AXIS, classes=frozenset({"linear", "learned"}), depth=2,
+    cost=_ffn_cost, init=_ffn_init, receptive=RF_LAST_AXIS, classes=frozenset({"linear", "learned", "ffn"}), depth=2,
     na={"cuda": LOWERED_FOR_CUDA, "grad": GRAD_LOWERED},
     internal=lambda a, ts: 2 * _hidden_rows(a, ts),  # the hidden layer before and after its activation
 ))
@@ -150,7 +150,7 @@ register(OpDef(
     doc="(silu(x·W_gateᵀ) ⊙ x·W_upᵀ)·W_downᵀ — three matrices",
     cost=_swiglu_cost, init=lambda a: {k: "normal" if k.startswith("w") else "zeros" for k in
                                        ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down")},
-    receptive=RF_LAST_AXIS, classes=frozenset({"linear", "learned"}), depth=2,
+    receptive=RF_LAST_AXIS, classes=frozenset({"linear", "learned", "ffn"}), depth=2,
     na={"cuda": LOWERED_FOR_CUDA, "grad": GRAD_LOWERED},
     internal=lambda a, ts: 3 * _hidden_rows(a, ts),  # gate, up and their product
 ))

@@ -109,6 +109,7 @@ CLASSES = {
     "norm": "normalises each token's (or group's) features with its own statistics",
     "batch_norm": "normalises each channel with batch statistics (running averages at inference)",
     "linear": "a product with a weight matrix over the feature axis",
+    "ffn": "a position-wise feed-forward block (two or three weight matrices around an activation)",
     "conv": "a learned convolution over spatial or time axes",
     "pool": "a fixed window reduction (max or mean)",
     "window": "reads a spatial window per output position (convolutions, pools)",

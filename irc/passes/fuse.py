@@ -184,8 +184,7 @@ for _name, (_rules, _doc) in FUSIONS.items():
 def fuse_all(graph: Graph) -> Graph:
     from irc.passes.decompose import decompose
 
-    if any(n.op in ("linear", "attention", "ffn", "swiglu", "unembed") for n in graph.nodes):
-        graph = decompose(graph)
+    graph = decompose(graph)  # its rules match only the layers it lowers: a lowered graph passes unchanged
     for rules, _ in FUSIONS.values():
         graph = apply_rules(graph, rules)
     return graph
