@@ -56,6 +56,10 @@ EXPORT_BINDINGS: dict[str, dict[str, int]] = {
     "vit_b_16": {"B": 2, "image": 32, "d": 64, "heads": 4, "layers": 2, "mlp": 128},
     "unet": {"B": 1, "height": 32, "width": 32},
     "whisper_tiny_encoder": {"B": 2, "mels": 8, "frames": 16, "d": 64, "heads": 4, "layers": 2, "ff": 128},
+    "mixtral_8x7b": {"B": 2, "T": 6, "layers": 1, "d": 64, "heads": 4, "kv_heads": 2, "vocab": 50, "ff": 32,
+                     "experts": 4},
+    "deepseek_v2_lite": {"B": 2, "T": 6, "layers": 2, "d": 64, "heads": 4, "vocab": 50, "kv_lora": 16, "rope_dim": 8,
+                         "nope_dim": 8, "v_dim": 12, "dense_ff": 48, "expert_ff": 16, "experts": 6, "top_k": 2},
 }
 
 # the registered ops the zoo does not use, at small sizes

@@ -244,6 +244,9 @@ ZOO = {
     "models/unet.arch": {"IRC-W112"},
     "models/vit_b_16.arch": set(),
     "models/whisper_tiny_encoder.arch": set(),  # sinusoidal positions, scaled attention, pre-LN with a final norm
+    "models/mixtral_8x7b.arch": set(),  # GQA keeps its 32k-token cache at 4 GiB; 14,336 is a multiple of the tile
+    # DeepSeek's widths (dense 10,944, experts 1,408) are not multiples of the 256 tile; MLA's latent cache is small
+    "models/deepseek_v2_lite.arch": {"IRC-W114"},
     "models/seed/conv3x3.arch": set(),
     "models/seed/dense_on_image.arch": {"IRC-W110"},
     "models/seed/dilated_stack.arch": set(),

@@ -60,6 +60,10 @@ PUBLISHED: dict[str, int] = {
     # HF "openai/whisper-tiny" WhisperEncoder: 8,208,384, less its frozen 1,500 × 384 sinusoidal table
     # (embed_positions, requires_grad False), which irc's positional computes: 7,632,384
     "whisper_tiny_encoder": 8_208_384 - 1500 * 384,
+    # HF "mistralai/Mixtral-8x7B-v0.1": 46,702,792,704 (46.7B; 12.9B active: tests/test_zoo_moe.py)
+    "mixtral_8x7b": 46_702_792_704,
+    # HF "deepseek-ai/DeepSeek-V2-Lite": 15,706,484,224 (15.7B; 2.4B activated: tests/test_zoo_moe.py)
+    "deepseek_v2_lite": 15_706_484_224,
 }
 
 # torchvision resnet18 state_dict, minus its 20 num_batches_tracked counters: 11,699,112 elements.

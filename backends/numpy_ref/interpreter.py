@@ -14,6 +14,7 @@ from irc.backends.numpy_ref import (
     dense,
     elementwise,
     embedding,
+    experts,
     grad,
     grad_layers,
     losses,
@@ -33,7 +34,7 @@ OpFn = Any  # (node, args, weights) -> array | tuple of arrays
 OPS: dict[str, OpFn] = {
     **dense.OPS, **conv.OPS, **recurrent.OPS, **attention.OPS, **norm.OPS,
     **elementwise.OPS, **embedding.OPS, **shape.OPS, **primitives.OPS, **resample.OPS,
-    **grad.OPS, **grad_layers.OPS, **losses.OPS, **decode.OPS,
+    **grad.OPS, **grad_layers.OPS, **losses.OPS, **decode.OPS, **experts.OPS,
 }
 
 

@@ -23,6 +23,7 @@ from irc.backends.onnx import (
     ops_conv,
     ops_dense,
     ops_elementwise,
+    ops_experts,
     ops_more,
     ops_norm,
     ops_recurrent,
@@ -37,7 +38,7 @@ from irc.ops.registry import ops_with
 # op name -> fn(ctx, node, onnx operand names) -> onnx result names
 EXPORTERS: dict[str, Any] = {
     **ops_dense.OPS, **ops_conv.OPS, **ops_recurrent.OPS, **ops_attention.OPS, **ops_norm.OPS,
-    **ops_elementwise.OPS, **ops_shape.OPS, **ops_more.OPS,
+    **ops_elementwise.OPS, **ops_shape.OPS, **ops_more.OPS, **ops_experts.OPS,
 }
 # op name -> why ONNX cannot express it (the export stops with this reason rather than guess)
 NO_EXPORT: dict[str, str] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from irc import __version__
 from irc.backends.export_reasons import BACKWARD_REASON, DECODE_REASON, LOSS_REASON
-from irc.backends.torch import ops_basic, ops_layers, ops_more
+from irc.backends.torch import ops_basic, ops_experts, ops_layers, ops_more
 from irc.backends.torch.helpers import HELPERS, closure
 from irc.backends.torch.render import Renderer, literal
 from irc.diagnostics import IrcError
@@ -21,7 +21,7 @@ from irc.ops import canonical_name
 from irc.ops.registry import ops_with
 
 # op name -> fn(renderer, node, operand expressions) -> expression
-RENDERERS = {**ops_basic.OPS, **ops_layers.OPS, **ops_more.OPS}
+RENDERERS = {**ops_basic.OPS, **ops_layers.OPS, **ops_more.OPS, **ops_experts.OPS}
 # op name -> why no torch code can compute it (the emitter stops with this reason)
 NO_EMIT: dict[str, str] = {
     "input": "is a graph input, not an op",

@@ -19,6 +19,7 @@ from irc.analysis.transformer import transformer_figures
 from irc.diagnostics import IrcError, UsageError
 from irc.dims import dim_symbols
 from irc.graph import Graph
+from irc.ops import get_op
 from irc.types import DTYPE_BYTES, TensorType
 
 
@@ -165,11 +166,14 @@ def analyze_graph(graph: Graph, bindings: list[Binding], options: Options) -> An
     context = options.context or (seq[1] if seq else None)
     by_kind = {k: sum(r.cost.flops.get(k, 0) for r in rows) for k in KINDS}
     params = sum(r.params for r in rows)
+    inactive = sum(int(get_op(r.op).inactive_params(r.attrs, [types[v] for v in node.inputs]))
+                   for r, node in zip(rows, graph.nodes) if r.params and get_op(r.op) is not None)
     buffers = sum(r.buffers for r in rows)
     flops = sum(by_kind.values())
     training = sum(r.flops_training for r in rows)
     totals: dict[str, Any] = {
         "params": params,
+        "params_active": params - inactive,  # what one token uses: a mixture of experts' k chosen experts
         "buffers": buffers,
         "macs_forward": sum(r.cost.macs for r in rows),
         "flops_forward": flops,

@@ -79,6 +79,11 @@ def op_traffic(node: Node, types: dict[str, TensorType], weight_dtype: str, act_
         return Traffic(0, 0, 0)
     weights_in = weights_in or set()
     elements = weight_elements(node, types) + (_referenced(node, tables) if tables else 0)
+    opdef = get_op(node.op)
+    if opdef is not None and opdef.inactive is not None and node.inputs:  # a mixture of experts reads only the
+        x = types[node.inputs[0]]                                         # experts its tokens are routed to
+        elements -= round(opdef.inactive_params(node.attrs, [types[v] for v in node.inputs],
+                                                int(x.numel()) // int(x.shape[-1])))
     elements += sum(int(types[v].numel()) for v in node.inputs if v in weights_in)
     weights = int(elements * DTYPE_BYTES[weight_dtype])
     read = sum(value_bytes(types[v], act_dtype) for v in node.inputs if v not in weights_in)

@@ -1,12 +1,15 @@
 """KV cache and recurrent state: what a model keeps per sequence while it decodes.
 
-Every causal self-attention layer caches one key and one value per token:
+Each layer's record says what it caches (``OpDef.kv_cache``). Causal self-attention caches one key
+and one value per token:
     bytes per token = Σ over layers of 2 · kv_heads · d_head · bytes per number
 (2·L·d_kv·bytes for a uniform stack: MHA d_kv = d, GQA shares KV heads, MQA keeps one).
 Cross-attention caches its encoder keys and values once per sequence; non-causal
 self-attention (an encoder) does not decode and caches nothing. A sliding-window layer
 (Mistral) keeps only its last W tokens: a rolling buffer of min(n, W) entries. A recurrent
-layer keeps a fixed-size state instead, however long the sequence.
+layer keeps a fixed-size state instead, however long the sequence. Multi-head latent attention
+(DeepSeek-V2) caches one compressed latent of d_c numbers and one shared RoPE key of d_R per token,
+whatever its heads.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field
 
 from irc.graph import Graph
 from irc.ops.attention import head_dim, is_cross, kv_heads
-from irc.ops.registry import ops_with
+from irc.ops.registry import get_op, ops_with
 from irc.types import DTYPE_BYTES
 
 RECURRENT = ops_with("recurrent")
@@ -51,16 +54,17 @@ def analyse_kv(graph: Graph, kv_dtype: str, act_dtype: str) -> KVCache:
         if node.op in RECURRENT:  # the state a step carries, not a cache
             state += sum(int(t.numel()) for t in node.types[1:]) * int(DTYPE_BYTES[act_dtype])
             continue
-        if node.op != "attention":
-            continue
-        x = types[node.inputs[0]]
-        width = kv_heads(node.attrs) * head_dim(node.attrs, x.shape[-1])
-        if is_cross(node):
+        if node.op == "attention" and is_cross(node):
             kv = types[node.inputs[1]]
+            width = kv_heads(node.attrs) * head_dim(node.attrs, types[node.inputs[0]].shape[-1])
             cross += int(2 * kv.shape[0] * kv.shape[1] * width * per_number)
-        elif node.attrs["causal"]:
-            per_token += int(2 * width * per_number)
-            layers += 1
-            if node.attrs.get("window") is not None:
-                windows.append((int(2 * width * per_number), node.attrs["window"]))
+            continue
+        opdef = get_op(node.op)
+        use = opdef.kv_cache(node, [types[v] for v in node.inputs]) if opdef and opdef.kv_cache else None
+        if use is None:
+            continue
+        per_token += int(use.elements * per_number)
+        layers += 1
+        if use.window is not None:
+            windows.append((int(use.elements * per_number), use.window))
     return KVCache(per_token, cross, layers, state, windows)

@@ -163,6 +163,8 @@ def summary_rows(a: Analysis) -> list[tuple[str, str]]:
     t, o = a.totals, a.options
     rows: list[tuple[str, str]] = [
         ("parameters", _also(commas(t["params"]), count_words(t["params"]))
+         + (f"; {_also(commas(t['params_active']), count_words(t['params_active']))} active per token"
+            if t["params_active"] != t["params"] else "")
          + (f"; buffers {commas(t['buffers'])}" if t["buffers"] else "")),
         (f"weights ({o.dtype})", _also(f"{commas(t['weight_bytes'])} B", binary_bytes(t["weight_bytes"]))
          + (f"; buffers {binary_bytes(t['buffer_bytes'])}" if t["buffer_bytes"] else "")),

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from irc.analysis.bytes_moved import Traffic, op_traffic, weight_tables, weight_values
-from irc.analysis.flops import MATMUL_KINDS, attention_flops_per_pair, node_cost
+from irc.analysis.flops import MATMUL_KINDS, node_cost
 from irc.analysis.hardware import Hardware
 from irc.graph import Graph
-from irc.ops.attention import head_dim, is_cross, kv_heads
+from irc.ops import get_op
 from irc.types import DTYPE_BYTES
 
 
@@ -110,13 +110,13 @@ def pass_time(graph: Graph, hw: Hardware, weight_dtype: str, act_dtype: str, kv_
         flops = cost.total if cost else 0
         matmul = sum(f for k, f in cost.flops.items() if k in MATMUL_KINDS) if cost else 0
         kv_read = kv_written = 0
-        if decode_context and node.op == "attention" and node.attrs["causal"] and not is_cross(node):
-            x = ins[0]
-            b, d = x.shape[0], x.shape[-1]
-            window = node.attrs.get("window")
-            cached = min(decode_context, window) - 1 if window else decode_context - 1
-            per_token = 2 * kv_heads(node.attrs) * head_dim(node.attrs, d) * DTYPE_BYTES[kv_dtype]
-            extra = attention_flops_per_pair(node.attrs, d) * b * cached  # the graph counted the new key
+        opdef = get_op(node.op)
+        use = opdef.kv_cache(node, ins) if decode_context and opdef and opdef.kv_cache else None
+        if use is not None:
+            b = ins[0].shape[0]
+            cached = min(decode_context, use.window) - 1 if use.window else decode_context - 1
+            per_token = use.elements * DTYPE_BYTES[kv_dtype]
+            extra = use.flops_per_pair * b * cached  # the graph counted the new key
             flops += extra
             matmul += extra
             kv_read, kv_written = int(per_token * b * cached), int(per_token * b)

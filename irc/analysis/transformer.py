@@ -33,7 +33,7 @@ def transformer_figures(rows: list[Row], totals: dict[str, Any], context: int | 
     blocks = {r.group for r in attention if r.group}
     in_blocks = [r for r in rows if r.group in blocks] if blocks else rows
     tokens = totals["tokens"]
-    n_params = totals["params"]
+    n_params = totals["params_active"]  # the rules' N is what a token uses: a mixture of experts' active count
     layers = len(blocks) if blocks else len(attention)
     # an attention result has its queries' shape, so its last axis is the model width
     per_pair = sum(attention_flops_per_pair(r.attrs, r.types[0].shape[-1]) for r in attention

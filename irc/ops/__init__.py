@@ -10,6 +10,8 @@ from irc.ops import (  # noqa: F401
     grad_layers,
     grad_ops,
     losses,
+    mla,
+    moe,
     norm,
     primitives,
     recurrent,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from irc.graph import Node
 from irc.ops.common import need_float, need_rank
-from irc.ops.cost import SOFTMAX_PER_ELEMENT, Cost, free, visible_pairs
+from irc.ops.cost import SOFTMAX_PER_ELEMENT, CacheUse, Cost, free, visible_pairs
 from irc.ops.registry import Attr, OpDef, ShapeError, register, rf_reset
 from irc.ops.vjps import GRAD_LOWERED, vjp_rel_position_bias
 from irc.types import TensorType
@@ -155,6 +155,16 @@ def _cost(node, ins, outs) -> Cost:
     return c
 
 
+def _kv_cache(node, ins) -> CacheUse | None:
+    """Causal self-attention caches a key and a value per KV head per token; cross-attention holds its
+    encoder's keys and values once per sequence (irc/analysis/kv_cache.py), an encoder caches nothing."""
+    a = node.attrs
+    if not a["causal"] or is_cross(node):
+        return None
+    d = ins[0].shape[-1]
+    return CacheUse(2 * kv_heads(a) * head_dim(a, d), flops_per_pair(a, d), a.get("window"))
+
+
 def _internal(a, ts) -> int:
     """q and the context, k and v, and the full score matrix, as an unfused kernel holds them."""
     x = ts[0]
@@ -191,7 +201,7 @@ register(OpDef(
     doc="softmax(Q·Kᵀ·scale [+ attn_bias] [+ causal mask])·V with projections wq, wk, wv, wo",
     omitted={"kv": "x"},
     cost=_cost, init=_init, internal=_internal, receptive=rf_reset("mixes every position it attends to"),
-    classes=frozenset({"attention", "learned"}), depth=2, na={"grad": GRAD_LOWERED},
+    classes=frozenset({"attention", "learned"}), depth=2, na={"grad": GRAD_LOWERED}, kv_cache=_kv_cache,
 ))
 
 

@@ -48,6 +48,20 @@ class Cost:
 CostFn = Callable[[Any, list[TensorType], list[TensorType]], Cost]
 
 
+@dataclass(frozen=True)
+class CacheUse:
+    """What one layer keeps per token of a sequence while a decoder generates (an op record's ``kv_cache``).
+
+    ``elements``: numbers cached per token (attention: a key and a value per KV head, 2·kv_heads·d_head;
+    multi-head latent attention: its compressed latent and shared RoPE key, d_c + d_R); ``flops_per_pair``:
+    what attending from one new query to one cached token costs over all heads; ``window``: a sliding
+    window's W (the cache is a rolling buffer of W slots), else None."""
+
+    elements: int
+    flops_per_pair: int
+    window: int | None = None
+
+
 def numel(t: TensorType) -> int:
     n = t.numel()
     if not isinstance(n, int):

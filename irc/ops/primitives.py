@@ -43,7 +43,7 @@ def _sdpa_cost(node, ins, outs) -> Cost:
     b, h, t, hd = q.shape
     s = k.shape[2]
     pairs = b * h * visible_pairs(t, s, node.attrs["causal"], node.attrs.get("window"))
-    c = Cost().mac("attention", 2 * pairs * hd)
+    c = Cost().mac("attention", pairs * (hd + ins[2].shape[3]))  # q·k over hd, p·v over v's width (MLA's differ)
     c.add("softmax", SOFTMAX_PER_ELEMENT * pairs)
     c.add("elementwise", pairs * (2 if len(ins) > 3 else 1))  # the scale (and an additive bias)
     return c

@@ -84,6 +84,12 @@ InternalFn = Callable[[dict[str, Any], list[TensorType]], int]
 # value}: emits, through the builder (irc/passes/grad.py), the IR nodes of the op's vector-Jacobian product.
 # Operands and parameters left out get no gradient (integer operands, constants). docs/autodiff.md has each formula.
 VjpFn = Callable[[Any, Any, list[str | None]], dict[int | str, str]]
+# (attrs, operand types, tokens) -> parameter elements that many tokens leave unused (a mixture of experts'
+# unchosen experts; for tokens > 1 the expectation under uniform routing): the analysis reports the active
+# parameters (total minus this at one token), and bytes moved reads only the weights a pass touches
+InactiveFn = Callable[[dict[str, Any], list[TensorType], int], float]
+# (node, operand types) -> what the layer keeps per token while a decoder generates, or None (irc.ops.cost.CacheUse)
+KVCacheFn = Callable[[Any, list[TensorType]], Any]
 
 # How an op's parameters start (irc/runtime/init.py implements each; the op names one per parameter):
 INIT_RULES = {
@@ -126,6 +132,7 @@ CLASSES = {
     "loss": "a scalar training objective the grad pass differentiates",
     "backward": "a backward primitive the grad pass emits (a vector-Jacobian product)",
     "decode": "an op of the decode graphs: attention and positions over an explicit KV cache",
+    "moe": "routes each token to some of its experts (a mixture of experts): parameters exceed what a token uses",
 }
 
 # the CUDA backend renders the fused graph, so a layer that decompose lowers needs no kernel of its own
@@ -205,6 +212,8 @@ class OpDef:
     depth: int = 0  # weight matrices a gradient crosses on the shortest path through the op
     internal: InternalFn | None = None  # intermediates it materialises (memory, saved for backward)
     vjp: VjpFn | None = None  # reverse-mode autodiff: the nodes of its vector-Jacobian product (grad pass)
+    inactive: InactiveFn | None = None  # parameters a token leaves unused (MoE); None: it uses them all
+    kv_cache: KVCacheFn | None = None  # what it caches per token when decoding (KV cache analyses, rooflines)
     na: dict[str, str] = field(default_factory=dict)  # coverage column -> why it does not apply
 
     @property
@@ -237,6 +246,9 @@ class OpDef:
 
     def internal_elements(self, attrs: dict[str, Any], types: list[TensorType]) -> int:
         return self.internal(attrs, types) if self.internal else 0
+
+    def inactive_params(self, attrs: dict[str, Any], types: list[TensorType], tokens: int = 1) -> float:
+        return self.inactive(attrs, types, tokens) if self.inactive else 0
 
     def has(self, *classes: str) -> bool:
         """Whether the op carries any of ``classes``."""

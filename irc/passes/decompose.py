@@ -174,7 +174,66 @@ def _attention(ctx: Context, node: Node) -> Rewrite | None:
     return e.done()
 
 
-RULES = [_linear, _ffn, _swiglu, _unembed, _attention]
+def _mla(ctx: Context, node: Node) -> Rewrite | None:
+    """Multi-head latent attention as gemms, the latents' RMSNorms, slices, RoPE and attention's matmuls.
+
+    RoPE there pairs adjacent features (x[2i], x[2i+1]); the rope primitive pairs x[i] with x[i + r/2].
+    Both query and key RoPE parts are first permuted evens-then-odds, which turns one pairing into the
+    other; the same permutation of both sides leaves every score q·k unchanged."""
+    if node.op != "mla":
+        return None
+    from irc.ops.mla import mla_scale, mla_theta, qk_dim
+
+    a = node.attrs
+    e = _Emit(ctx, node)
+    shapes = _shapes(ctx, node)
+    x = node.inputs[0]
+    b, t, _ = ctx.types[x].shape
+    h, n, r, c, v = a["heads"], a["nope_dim"], a["rope_dim"], a["kv_lora"], a["v_dim"]
+
+    def norm(value: str, which: str) -> str:
+        return e.op("rmsnorm", [value], {"eps": a["eps"]}, weights=f"{node.weights}.{which}")
+
+    def heads(value: str, width: int) -> str:  # [B, T, H·width] -> [B, H, T, width]
+        value = e.op("reshape", [value], {"shape": [b, t, h, width]})
+        return e.op("transpose", [value], {"perm": [0, 2, 1, 3]})
+
+    def part(value: str, start: int, end: int, axis: int = 3) -> str:
+        return e.op("slice", [value], {"axis": axis, "start": start, "end": end})
+
+    def rope(value: str, lead: int) -> str:  # [B, lead, T, r], adjacent pairs -> rotate-half pairs, rotated
+        value = e.op("reshape", [value], {"shape": [b, lead, t, r // 2, 2]})
+        value = e.op("transpose", [value], {"perm": [0, 1, 2, 4, 3]})
+        value = e.op("reshape", [value], {"shape": [b, lead, t, r]})
+        return e.op("rope", [value], {"theta": mla_theta(a)})
+
+    if a["q_lora"] is None:
+        q = e.gemm(x, e.param("wq", shapes["wq"]), None)
+    else:
+        q = e.gemm(norm(e.gemm(x, e.param("wq_a", shapes["wq_a"]), None), "q_norm"),
+                   e.param("wq_b", shapes["wq_b"]), None)
+    q = heads(q, qk_dim(a))
+    q = e.op("concat", [part(q, 0, n), rope(part(q, n, n + r), h)], {"axis": 3}, name=f"{node.outputs[0]}.q")
+    latent = e.gemm(x, e.param("wkv_a", shapes["wkv_a"]), None)
+    ckv = norm(part(latent, 0, c, axis=2), "kv_norm")
+    k_rope = e.op("reshape", [part(latent, c, c + r, axis=2)], {"shape": [b, t, 1, r]})
+    k_rope = rope(e.op("transpose", [k_rope], {"perm": [0, 2, 1, 3]}), 1)
+    kv = heads(e.gemm(ckv, e.param("wkv_b", shapes["wkv_b"]), None), n + v)
+    k = e.op("concat", [part(kv, 0, n), e.op("expand", [k_rope], {"shape": [b, h, t, r]})], {"axis": 3},
+             name=f"{node.outputs[0]}.k")
+    kt = e.op("transpose", [k], {"perm": [0, 1, 3, 2]})
+    scores = e.op("mul", [e.op("matmul", [q, kt])], {"scalar": float(mla_scale(a))},
+                  name=f"{node.outputs[0]}.scores")
+    if a["causal"]:
+        scores = e.op("causal_mask", [scores], {"window": a["window"]})
+    probs = e.op("softmax", [scores], {"axis": -1}, name=f"{node.outputs[0]}.probs")
+    ctx_v = e.op("matmul", [probs, part(kv, n, n + v)], name=f"{node.outputs[0]}.ctx")
+    merged = e.op("reshape", [e.op("transpose", [ctx_v], {"perm": [0, 2, 1, 3]})], {"shape": [b, t, h * v]})
+    e.gemm(merged, e.param("wo", shapes["wo"]), None, result_of=node)
+    return e.done()
+
+
+RULES = [_linear, _ffn, _swiglu, _unembed, _attention, _mla]
 
 
 @register_pass("decompose", "lower layers to primitives: param, gemm, matmul, softmax, reshape, ...")

@@ -11,6 +11,7 @@ from irc.backends.cpu.render import (
     elementwise,
     embedding,
     gemm,
+    moe,
     norm,
     recurrent,
     resample,
@@ -24,5 +25,6 @@ Renderer = Callable[[NodeCtx], None]
 RENDERERS: dict[str, Renderer] = {}
 for _family in (elementwise, dense, gemm, conv, norm, embedding, recurrent, attention, sdpa, shape, resample):
     RENDERERS.update(_family.RENDERERS)
+RENDERERS.update(moe.RENDERERS)  # mixtures of experts (irc/ops/moe.py)
 
 __all__ = ["RENDERERS", "NodeCtx", "Renderer"]
