@@ -6,7 +6,7 @@ import difflib
 import errno
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -25,9 +25,21 @@ def raise_site(depth: int = 2) -> str:
 
 @dataclass(frozen=True)
 class Loc:
+    """A place in a source file: ``line:col`` (both from 1) is where the caret goes.
+
+    ``end_line:end_col`` is where the offending text ends (the column just past its last
+    character, as Lark counts), so a diagnostic underlines all of it; ``start_line:start_col``
+    is where it starts when that is before the caret (a binary expression: the caret is at its
+    operator). Both are optional and take no part in equality: a location is its caret.
+    """
+
     file: str
     line: int
     col: int
+    end_line: int | None = field(default=None, compare=False)
+    end_col: int | None = field(default=None, compare=False)
+    start_line: int | None = field(default=None, compare=False)
+    start_col: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
@@ -62,7 +74,7 @@ def register_source(file: str, text: str) -> None:
 
 
 def render(err: IrcError, severity: str = "error", color: bool | None = None) -> str:
-    """Render ``err`` as the location, message, source line and a caret.
+    """Render ``err`` as the location, message, source line and its underline (:func:`excerpt`).
 
     Everything quoted from the user's files is made safe for a terminal (:func:`terminal_safe`)
     and a long source line is cut to a window around the caret. ``color`` paints the labels the
@@ -74,14 +86,7 @@ def render(err: IrcError, severity: str = "error", color: bool | None = None) ->
         lines = [f"irc: {label} {_message(err.message)}"]
     else:
         lines = [f"{_paint(f'{quote(str(err.loc))}:', 'bold', paint)} {label} {_message(err.message)}"]
-        text = SOURCES.get(err.loc.file)
-        if text is not None:
-            # lines end at '\n' only, as the parsers count them (str.splitlines also splits at \f, \x85, ...)
-            src_lines = [ln.removesuffix("\r") for ln in text.split("\n")]
-            if 1 <= err.loc.line <= len(src_lines):
-                src, caret = source_window(src_lines[err.loc.line - 1].expandtabs(1), err.loc.col)
-                lines.append(f"  {err.loc.line:>4} | {src}")
-                lines.append(f"       | {' ' * caret}{_paint('^', 'caret', paint)}")
+        lines.extend(excerpt(err.loc, paint))
     lines.extend(f"{_paint('note:', 'note', paint)} {_message(n)}" for n in err.notes)
     return "\n".join(lines)
 
@@ -131,19 +136,73 @@ def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
 
 def source_window(line: str, col: int) -> tuple[str, int]:
     """The part of a source line to print, escaped, and the caret's offset in it."""
+    shown, underline = source_span(line, col, col, col)
+    return shown, len(underline) - len(underline.lstrip(" "))
+
+
+def source_span(line: str, col: int, first: int, stop: int) -> tuple[str, str]:
+    """The part of a source line to print, escaped, and the text to print under it: ``^`` under
+    column ``col`` and ``~`` under the rest of the columns ``first`` up to (not including) ``stop``.
+
+    Each character is underlined across the width it is shown with (``\\x00`` takes four), and a
+    span that runs out of the window is underlined to its edge.
+    """
     if len(line) <= SOURCE_LINE_LIMIT:
         start, end = 0, len(line)
     else:
         start = max(col - 1 - SOURCE_WINDOW // 2, 0)
-        end = start + SOURCE_WINDOW
-    before = "".join(_escape_char(c) for c in line[start:col - 1])
-    shown = before + "".join(_escape_char(c) for c in line[col - 1:end])
-    caret = len(before)
-    if start > 0:
-        shown, caret = "…" + shown, caret + 1
+        end = min(start + SOURCE_WINDOW, len(line))
+    shown: list[str] = ["…"] if start > 0 else []
+    marks: list[str] = [" "] if start > 0 else []
+    caret = min(max(col - 1, start), end)  # a caret past the line's end (it ends early) goes just after it
+    for i in range(start, end):  # i is the 0-based index of column i + 1
+        text = _escape_char(line[i])
+        shown.append(text)
+        if i == caret:
+            marks.append("^" + "~" * (len(text) - 1))
+        else:
+            marks.append(("~" if first - 1 <= i < stop - 1 else " ") * len(text))
+    if caret == end:
+        marks.append("^")
     if end < len(line):
-        shown += "…"
-    return shown, max(caret, 0)
+        shown.append("…")
+    return "".join(shown), "".join(marks).rstrip()
+
+
+def excerpt(loc: Loc, color: bool = False) -> list[str]:
+    """The source line of ``loc`` and the underline of its span under it (``^~~~~``: the caret,
+    then the rest of the span on that line), or nothing when the file's text is not known.
+
+    A span that goes on past its first line is underlined to that line's end; one that starts on
+    an earlier line (an operand before an operator) from the first character that is not a space.
+    """
+    text = SOURCES.get(loc.file)
+    if text is None:
+        return []
+    # lines end at '\n' only, as the parsers count them (str.splitlines also splits at \f, \x85, ...)
+    src_lines = [ln.removesuffix("\r") for ln in text.split("\n")]
+    if not 1 <= loc.line <= len(src_lines):
+        return []
+    line = src_lines[loc.line - 1].expandtabs(1)  # a tab is one column, as the parsers count it
+    first, stop = loc.col, loc.col + 1
+    if loc.end_line is not None and loc.end_col is not None:
+        if loc.end_line > loc.line:
+            stop = len(line.rstrip()) + 1
+        elif loc.end_line == loc.line:
+            stop = max(loc.end_col, stop)
+    if loc.start_line is not None and loc.start_col is not None:
+        if loc.start_line < loc.line:
+            first = min(len(line) - len(line.lstrip()) + 1, first)
+        elif loc.start_line == loc.line:
+            first = min(loc.start_col, first)
+    shown, underline = source_span(line, loc.col, first, stop)
+    return [f"  {loc.line:>4} | {shown}", f"       | {_paint_underline(underline, color)}"]
+
+
+def _paint_underline(underline: str, color: bool) -> str:
+    """The underline with its marks painted and the spaces before it left plain."""
+    body = underline.lstrip(" ")
+    return " " * (len(underline) - len(body)) + _paint(body, "caret", color)
 
 
 # -- colour -------------------------------------------------------------------------------

@@ -55,12 +55,19 @@ class _Line:
         self.i = 0
 
     def loc(self) -> Loc:
-        """Where the next token is (the end of the line when there is none)."""
-        col = self.toks[self.i][2] if self.i < len(self.toks) else self.end
-        return Loc(self.file, self.lineno, col)
+        """Where the next token is, spanning it (the end of the line when there is none)."""
+        if self.i >= len(self.toks):
+            return Loc(self.file, self.lineno, self.end)
+        return self.at(self.i)
 
     def at(self, i: int) -> Loc:
-        return Loc(self.file, self.lineno, self.toks[i][2])
+        _, text, col = self.toks[i]
+        return Loc(self.file, self.lineno, col, self.lineno, col + len(text))
+
+    def rest(self) -> Loc:
+        """From the next token to the end of the line: a node's own location when it has no loc(...)."""
+        col = self.toks[self.i][2] if self.i < len(self.toks) else self.end
+        return Loc(self.file, self.lineno, col, self.lineno, self.end)
 
     def peek(self) -> tuple[str, str] | None:
         return self.toks[self.i][:2] if self.i < len(self.toks) else None
@@ -118,7 +125,8 @@ def _parse_type(text: str, line: _Line, col: int) -> TensorType:
     """``f32[B,8]`` written at column ``col``; dimension errors point at their character."""
     dtype, _, rest = text.partition("[")
     if dtype not in DTYPE_BYTES:
-        raise IrcError(f"unknown dtype '{dtype}'{did_you_mean(dtype, DTYPE_BYTES)}", Loc(line.file, line.lineno, col))
+        raise IrcError(f"unknown dtype '{dtype}'{did_you_mean(dtype, DTYPE_BYTES)}",
+                       Loc(line.file, line.lineno, col, line.lineno, col + len(dtype)))
     body = rest[:-1]
     body_col = col + len(dtype) + 1
     depth, start = 0, 0
@@ -206,7 +214,7 @@ class _Reader:
         return value
 
     def node(self, line: _Line) -> Node:
-        here = line.loc()
+        here = line.rest()
         results: dict[str, Loc] = {}  # defined once the operands are read: a node cannot use its own result
         outputs = [self.result(line, results)]
         while line.accept(","):

@@ -95,17 +95,31 @@ def test_error_has_location_source_line_and_caret(case: Path) -> None:
     assert 1 <= line <= len(src)
     text = src[line - 1].expandtabs(1)
     assert col <= len(src[line - 1]) + 1
+    underline = lines[2].removeprefix("       | ")
     if len(text) <= SOURCE_LINE_LIMIT and text.isprintable():  # quoted whole
         assert lines[1] == f"  {line:>4} | {text}"
-        assert lines[2] == "       | " + " " * (col - 1) + "^"
+        assert underline.index("^") == col - 1
+        _check_underline(text, underline)
         return
     # a long line is cut to a window around the caret, a control character shown as \xNN (both marked)
     shown = lines[1].removeprefix(f"  {line:>4} | ")
-    caret = lines[2].index("^") - len("       | ")
+    caret = underline.index("^")
     assert len(shown) <= SOURCE_WINDOW * 4 + 2 and shown.isprintable()
     assert "…" in shown or "\\x" in shown
     if text[col - 1:col].isprintable() and text[col - 1:col]:
         assert shown[caret] == text[col - 1]  # the caret still points at the character it names
+
+
+def _check_underline(text: str, underline: str) -> None:
+    """One unbroken run of marks: '~' around a single '^', starting and ending on a character that
+    is not a space (a span is a name, a call or an expression, never the blanks around it)."""
+    marks = underline.lstrip(" ")
+    first = len(underline) - len(marks)
+    assert re.fullmatch(r"~*\^~*", marks), underline
+    if first == len(text):  # the line ends early: a lone caret just after it
+        assert marks == "^"
+        return
+    assert text[first] != " " and text[len(underline) - 1] != " ", (text, underline)
 
 
 def test_source_lines_are_counted_at_newlines_only(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ class Calls:
         if callee_tree.data == "name":
             name_tok = callee_tree.children[0]
             fname = str(name_tok)
-            loc = tree_loc(self.file, name_tok)
+            loc = tree_loc(self.file, name_tok, to=tree)  # the caret at the name, the span to its ')'
             try:
                 callee = env.lookup(fname)
             except KeyError:
@@ -76,7 +76,7 @@ class Calls:
         for arg in args_tree.children if args_tree is not None else []:
             if isinstance(arg, Tree) and arg.data == "kwarg":
                 key_tok, expr = arg.children
-                kloc = tree_loc(self.file, key_tok)
+                kloc = tree_loc(self.file, arg)  # 'key=value', the caret at the key
                 if str(key_tok) in keywords:
                     first = keywords[str(key_tok)][1]
                     raise IrcError(f"argument '{key_tok}' is given twice", kloc,

@@ -12,7 +12,7 @@ from irc.diagnostics import SOURCES, IrcError, Loc
 from irc.dims import Sym
 from irc.frontends.arch.arith import OP_TEXT, arith, checked, out_of_range
 from irc.frontends.arch.limits import literal_fits
-from irc.frontends.arch.locs import text_position, tree_loc
+from irc.frontends.arch.locs import between, text_position, tree_loc
 from irc.frontends.arch.values import EnumName, Env, Tensor, describe, is_number, simplify
 from irc.ops.registry import Quoted
 
@@ -85,7 +85,7 @@ class Expressions:
             if text.startswith(op, pos) and not (op == "*" and text.startswith("**", pos)) and not (
                     op == "/" and text.startswith("//", pos)):
                 line, col = text_position(text, pos)
-                return Loc(self.file, line, col)
+                return between(self.file, (line, col), (line, col + len(op)), left, right)
             pos += 1
         return tree_loc(self.file, tree)
 

@@ -9,6 +9,7 @@ from lark import Lark, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from irc.diagnostics import IrcError, Loc, register_source
+from irc.frontends.arch.locs import tree_loc
 from irc.frontends.arch.syntax_errors import unexpected_character, unexpected_token
 
 _GRAMMAR = Path(__file__).with_name("arch.lark")
@@ -49,9 +50,8 @@ def _check_depth(tree: Tree, file: str) -> None:
     while stack:
         node, depth, anchor = stack.pop()
         if depth > MAX_DEPTH:
-            meta = anchor.meta
             raise IrcError(f"this nests deeper than {MAX_DEPTH} levels; give some of its parts names",
-                           Loc(file, getattr(meta, "line", 1), getattr(meta, "column", 1)))
+                           tree_loc(file, anchor))  # the whole expression, underlined
         for c in node.children:
             if isinstance(c, Tree):
                 # the anchor is the outermost expression: the first node below the statements

@@ -137,7 +137,7 @@ def unexpected_token(parser: Lark, text: str, file: str, tok: Token, expected: s
     at_end = tok.type == "$END"
     pos = len(text) if at_end or tok.start_pos is None else tok.start_pos
     opens, previous = open_brackets(parser, text, pos)
-    here = Loc(file, tok.line or 1, tok.column or 1)
+    here = Loc(file, tok.line or 1, tok.column or 1, tok.end_line, tok.end_column)  # the token, underlined
     after_previous = here
     if previous is not None:
         after_previous = Loc(file, previous.end_line or 1, (previous.end_column or 1))
@@ -185,8 +185,9 @@ def unexpected_character(text: str, file: str, pos: int, line: int, col: int) ->
     ch = text[pos]
     if ch == '"':
         rest = text[pos + 1:].split("\n", 1)[0]
-        if '"' not in rest:
-            return "unterminated string: the closing '\"' is missing on this line", loc
+        if '"' not in rest:  # underlined from the quote to the end of its line
+            return ("unterminated string: the closing '\"' is missing on this line",
+                    Loc(file, line, col, line, col + 1 + len(rest.rstrip())))
         return "a string cannot contain '\\'", loc
     if ch in LOOKALIKES:
         return f"unexpected character {ch!r}; did you mean '{LOOKALIKES[ch]}'?", loc

@@ -118,7 +118,8 @@ def symbol_loc(graph: Graph, name: str) -> Loc | None:
     if header:
         for m in re.finditer(r"\w+", header.group(1)):
             if m.group() == name:
-                return Loc(loc.file, loc.line, loc.col + header.start(1) + m.start())
+                col = loc.col + header.start(1) + m.start()
+                return Loc(loc.file, loc.line, col, loc.line, col + len(name))
     return loc
 
 

@@ -42,7 +42,8 @@ def _call_site(graph: Graph, w: LintWarning) -> Loc | None:
     if m is None:
         return None
     line = text.count("\n", 0, m.start()) + 1
-    return Loc(graph.loc.file, line, m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1)
+    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    return Loc(graph.loc.file, line, col, line, col + len(block))  # the block's name underlined
 
 
 def user_facing(graph: Graph, warnings: list[LintWarning]) -> list[LintWarning]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from irc.diagnostics import SOURCES, _message, _paint, quote, source_window
+from irc.diagnostics import _message, _paint, excerpt, quote
 from irc.lint.warning import LintWarning
 
 LINT_JSON_VERSION = 1
@@ -18,13 +18,8 @@ def render_warning(w: LintWarning, severity: str = "warning", color: bool = Fals
     escaped and windowed for the terminal, labels coloured when ``color``."""
     where = f"{_paint(quote(str(w.loc)) + ':', 'bold', color)} " if w.loc is not None else "irc: "
     lines = [f"{where}{_paint(severity + ':', severity, color)} {_message(w.message)} [{w.code}]"]
-    text = SOURCES.get(w.loc.file) if w.loc is not None else None
-    if text is not None:
-        src_lines = [ln.removesuffix("\r") for ln in text.split("\n")]
-        if 1 <= w.loc.line <= len(src_lines):
-            src, caret = source_window(src_lines[w.loc.line - 1].expandtabs(1), w.loc.col)
-            lines.append(f"  {w.loc.line:>4} | {src}")
-            lines.append(f"       | {' ' * caret}{_paint('^', 'caret', color)}")
+    if w.loc is not None:  # the source line, its span underlined (^~~~), as errors show it
+        lines.extend(excerpt(w.loc, color))
     lines.append(f"{_paint('note:', 'note', color)} {_message(w.mechanism)}")
     lines.extend(f"{_paint('note:', 'note', color)} {_message(n)}" for n in w.notes)
     lines.append(f"{_paint('help:', 'note', color)} {_message(w.fix)}")
@@ -69,9 +64,11 @@ def lint_sarif(warnings: list[LintWarning], severities: list[str]) -> dict[str, 
             "properties": {"mechanism": w.mechanism, "fix": w.fix, "notes": list(w.notes)},
         }
         if w.loc is not None:
+            region = {"startLine": w.loc.line, "startColumn": w.loc.col}
+            if w.loc.end_line is not None and w.loc.end_col is not None:  # SARIF's endColumn is exclusive too
+                region |= {"endLine": w.loc.end_line, "endColumn": w.loc.end_col}
             result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": w.loc.file},
-                                                         "region": {"startLine": w.loc.line,
-                                                                    "startColumn": w.loc.col}}}]
+                                                         "region": region}}]
         results.append(result)
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0",
             "runs": [{"tool": {"driver": {"name": "irc", "version": __version__, "rules": rules}},
