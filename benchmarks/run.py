@@ -9,11 +9,13 @@ copy, PyTorch and NumPy; fused add+norm vs the unfused pair), attention (8 heads
 T 1,024 and 4,096, causal and not: GFLOP/s vs sgemm, PyTorch SDPA and NumPy; peak memory),
 gemms (every GEMM shape of the three models, irc vs NumPy's
 2-thread sgemm), models (GPT-2 small, the LSTM LM, ResNet-18 forward passes at B = 1 and 8, and GPT-2 at
-B = 8, T = 1, vs PyTorch eager and ONNX Runtime on the same weights and threads) and
-compile (cold and cached). Times are the best of several calls.
+B = 8, T = 1, vs PyTorch eager and ONNX Runtime on the same weights and threads),
+compile (cold and cached) and decode (irc generate's KV-cache decoding on the CPU backend and
+the numpy reference vs Hugging Face generate, GPT-2 small and a 2-layer Llama at B = 1 and 8:
+benchmarks/suite_decode.py). Times are the best of several calls.
 
 Options: --quick (smaller sizes, for a smoke test), --only CASE[,CASE], --repeats N,
---no-write (print only).
+--no-write (print only), --out FILE (instead of benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # python benchmarks/run.py
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import report  # noqa: E402
+from benchmarks import report, suite_decode  # noqa: E402
 from benchmarks.machine import describe, load_average  # noqa: E402
 
-CASES = ("norms", "attention", "gemms", "models", "compile")
+CASES = ("norms", "attention", "gemms", "models", "compile", "decode")
 MODEL_PEERS = ("irc", "torch", "ort")
 PEER_TIMEOUT_S = 600
 
@@ -103,19 +105,27 @@ def run(cases: list[str], quick: bool, repeats: int) -> tuple[list[dict], dict[s
                 cache.mkdir(mode=0o700)
                 for label in ("cold", "cached"):
                     rows += _peer(work, "compile", label, *common, "--model", model, "--cache-dir", str(cache))
+        if "decode" in cases:  # its peers are spawned by the suite itself (each in its own process too)
+            rows += suite_decode.run_case(work, quick, max(1, min(repeats, 3)))
         agreement = _agreement(work)
     return rows, agreement
 
 
 def render(rows: list[dict], agreement: dict[str, dict[str, float]], machine: dict[str, str], loads: tuple[str, str],
-           command: str, seconds: float) -> str:
+           command: str, seconds: float, cases: tuple[str, ...] = CASES) -> str:
     parts, targets = [], []
-    sections = [("Norms", lambda: report.norms(rows)), ("Attention", lambda: report.attention(rows)),
-                ("GEMMs of the models (M×N×K), irc vs NumPy's sgemm on the same shape",
+    sections = [("norms", "Norms", lambda: report.norms(rows)),
+                ("attention", "Attention", lambda: report.attention(rows)),
+                ("gemms", "GEMMs of the models (M×N×K), irc vs NumPy's sgemm on the same shape",
                  lambda: report.gemms(rows)),
-                ("Forward passes", lambda: report.models(rows, agreement)),
-                ("Compile time (fuse + generate + compile, in a fresh process)", lambda: report.compile_times(rows))]
-    for title, make in sections:
+                ("models", "Forward passes", lambda: report.models(rows, agreement)),
+                ("compile", "Compile time (fuse + generate + compile, in a fresh process)",
+                 lambda: report.compile_times(rows)),
+                ("decode", "Decoding with a KV cache (irc generate vs Hugging Face generate), tokens/s",
+                 lambda: suite_decode.render([r for r in rows if r["case"] == "decode"]))]
+    for case, title, make in sections:
+        if case not in cases:  # a case not run has no table
+            continue
         text, t = make()
         parts.append(f"## {title}\n\n{text}\n")
         targets += t
@@ -125,7 +135,7 @@ def render(rows: list[dict], agreement: dict[str, dict[str, float]], machine: di
             "## Machine", "", report.table(["", ""], [[k, v] for k, v in machine.items()]), "",
             f"Load average (1, 5, 15 min) before the run: {loads[0]}; after: {loads[1]} "
             "(other programs share these cores; ratios are measured side by side).", "",
-            "## Targets (issues 5 and 16)", "", report.targets_table(targets), ""]
+            "## Targets (issues 5, 16 and 20)", "", report.targets_table(targets), ""]
     return "\n".join(head + parts)
 
 
@@ -135,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases ({', '.join(CASES)})")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-write", action="store_true", help="print the tables, leave RESULTS.md alone")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md", help="where the tables go")
     a = p.parse_args(argv)
     cases = [c.strip() for c in a.only.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
@@ -147,11 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"irc benchmarks ({', '.join(cases)}); load average {before}")
     rows, agreement = run(cases, a.quick, a.repeats)
     seconds = time.perf_counter() - start
-    text = render(rows, agreement, describe(), (before, load_average()), command, seconds)
+    text = render(rows, agreement, describe(), (before, load_average()), command, seconds, tuple(cases))
     print("\n" + text)
     if not a.no_write:
-        (ROOT / "benchmarks" / "RESULTS.md").write_text(text)
-        print("wrote benchmarks/RESULTS.md")
+        a.out.write_text(text)
+        print(f"wrote {a.out}")
     return 0
 
 

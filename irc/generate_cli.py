@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,8 @@ def add_generate_parser(sub, common) -> None:
     p.add_argument("--prompt", action="append", default=[], metavar="TEXT",
                    help="a prompt as text (needs --tokenizer); repeat for a batch")
     p.add_argument("--encoder-tokens", action="append", default=[], metavar="ID,ID,...",
-                   help="an encoder-decoder's source as token ids, one per prompt (equal lengths); the prompt is "
-                        "then the decoder's start (T5: --prompt-tokens 0)")
+                   help="an encoder-decoder's source as token ids, one per prompt (of any lengths: right-padded, "
+                        "with a padding mask); the prompt is then the decoder's start (T5: --prompt-tokens 0)")
     p.add_argument("--encoder-prompt", action="append", default=[], metavar="TEXT",
                    help="the source as text (needs --tokenizer)")
     p.add_argument("--tokenizer", help="a Hugging Face tokenizer.json (needs the 'tokenizers' package)")
@@ -41,6 +42,9 @@ def add_generate_parser(sub, common) -> None:
     p.add_argument("--stop", default="", metavar="ID,ID,...", help="token ids that end a row")
     p.add_argument("--ctx", type=int, help="cache context in tokens (default: the longest prompt + --max-new)")
     p.add_argument("--cache-dtype", choices=("f32", "f16"), default="f32", help="KV cache storage (default f32)")
+    p.add_argument("--backend", default="numpy", metavar="NAME",
+                   help="numpy (the reference, default) or cpu (Numba kernels: the prefill and step graphs fused and "
+                        "compiled; f32 caches)")
     p.set_defaults(func=cmd_generate)
 
 
@@ -70,6 +74,8 @@ def _tokenizer(path: str | None):
 
 
 def _check(args: argparse.Namespace) -> None:
+    from irc.runtime.generate import BACKENDS
+
     if bool(args.prompt) == bool(args.prompt_tokens):
         raise UsageError("give the prompts as --prompt-tokens ID,... or as --prompt TEXT with --tokenizer (one kind)")
     if args.prompt and args.tokenizer is None:
@@ -81,6 +87,11 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--temperature must be >= 0, --top-k >= 1 and --top-p in (0, 1]")
     if args.ctx is not None and args.ctx < 1:
         raise UsageError(f"--ctx must be positive, got {args.ctx}")
+    if args.backend not in BACKENDS:
+        raise UsageError(f"--backend: irc generate runs on {' or '.join(BACKENDS)}, not {args.backend!r}")
+    if args.backend == "cpu" and args.cache_dtype != "f32":
+        raise UsageError(f"--cache-dtype {args.cache_dtype} needs --backend numpy: the cpu backend stores every float "
+                         "as float32, caches included")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -98,7 +109,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError("-D B and -D T are set by irc generate (the number of prompts, their lengths)")
     batch = len(prompts)
     graph = load_graph(args.file, {**defines, "B": batch}, args.model)
-    encoder, sizes = _encoder_inputs(args, graph, tok, batch)
+    encoder, sizes, lengths = _encoder_inputs(args, graph, tok, batch)
     if sizes:
         defines = {**defines, **sizes}
         graph = load_graph(args.file, {**defines, "B": batch}, args.model)
@@ -110,7 +121,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     bad = [i for p in prompts for i in p if i >= vocab]
     if bad:
         raise UsageError(f"token id {bad[0]} is outside the vocabulary [0, {vocab})")
-    decoder = Decoder(graph, weights, batch, ctx, args.cache_dtype)
+    padded = next(iter(encoder.values())).shape[1] if encoder else 0
+    masked = lengths is not None and any(n != padded for n in lengths)  # right-padded sources: mask the padding
+    decoder = Decoder(graph, weights, batch, ctx, args.cache_dtype, backend=args.backend, source_mask=masked)
+    if args.backend == "cpu":
+        start = time.perf_counter()
+        decoder.prepare(prompts)
+        print(f"irc: compiled the prefill and step graphs for the cpu backend in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr)
     stream = batch == 1
     shown: list[int] = []  # the streamed row's tokens so far
 
@@ -121,7 +139,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     result = generate(decoder, prompts, args.max_new, sampling, frozenset(_ids(args.stop, "--stop")), on_token,
-                      encoder=encoder)
+                      encoder=encoder, encoder_lengths=lengths)
     if stream:
         sys.stdout.write("\n")
     else:
@@ -136,8 +154,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _encoder_inputs(args: argparse.Namespace, graph, tok, batch: int) -> tuple[dict[str, np.ndarray] | None, dict]:
-    """An encoder-decoder's source tokens as the encoder input, and the size its length binds (S)."""
+def _encoder_inputs(args: argparse.Namespace, graph, tok,
+                    batch: int) -> tuple[dict[str, np.ndarray] | None, dict, list[int] | None]:
+    """An encoder-decoder's source tokens as the encoder input (right-padded with 0 to the longest),
+    the size its length binds (S), and each row's real length."""
     from irc.dims import Sym
     from irc.passes.decode import decoder_inputs
 
@@ -150,16 +170,22 @@ def _encoder_inputs(args: argparse.Namespace, graph, tok, batch: int) -> tuple[d
         if given:
             raise UsageError(f"'{graph.name}' has no encoder: --encoder-tokens and --encoder-prompt are for "
                              "encoder-decoder models")
-        return None, {}
+        return None, {}, None
     names = ", ".join(n.outputs[0] for n in others)
     if len(others) > 1 or others[0].types[0].rank != 2 or others[0].types[0].dtype not in ("i32", "i64"):
         raise UsageError(f"irc generate feeds an encoder one input of token ids [B, S]; '{graph.name}' has {names}")
-    if len(given) != batch or len({len(g) for g in given}) != 1 or not given[0]:
-        raise UsageError(f"'{graph.name}' is an encoder-decoder: give one --encoder-tokens (or --encoder-prompt) "
-                         f"per prompt, all of one non-zero length ({len(given)} given for {batch} prompts)")
+    if len(given) != batch or not all(given):
+        raise UsageError(f"'{graph.name}' is an encoder-decoder: give one non-empty --encoder-tokens (or "
+                         f"--encoder-prompt) per prompt ({len(given)} given for {batch} prompts)")
+    longest = max(len(g) for g in given)
     length = others[0].types[0].shape[1]
-    sizes = {str(length): len(given[0])} if isinstance(length, Sym) else {}
-    return {others[0].outputs[0]: np.array(given, np.int64)}, sizes
+    if not isinstance(length, Sym) and length < longest:
+        raise UsageError(f"'{graph.name}' reads sources of at most {length} tokens; the longest given has {longest}")
+    sizes = {str(length): longest} if isinstance(length, Sym) else {}
+    padded = np.zeros((batch, longest if isinstance(length, Sym) else int(length)), np.int64)
+    for b, g in enumerate(given):
+        padded[b, : len(g)] = g
+    return {others[0].outputs[0]: padded}, sizes, [len(g) for g in given]
 
 
 def _piece(tok, shown: list[int], token: int) -> str:

@@ -128,12 +128,16 @@ def cross_kv(node: Node, args, w):
 
 def cached_cross_attention(node: Node, args, w):
     a = node.attrs
-    x, k, v = args
+    x, k, v = args[:3]
     batch, t, _ = x.shape
     heads, groups = a["heads"], kv_heads(a)
     q = _heads(affine(x, w["wq"], w.get("bq")), heads).reshape(batch, groups, heads // groups, t, -1)
     k, v = k.astype(q.dtype)[:, :, None], v.astype(q.dtype)[:, :, None]  # [B, G, 1, S, hd]
     scores = (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(score_scale(a, q.shape[-1]))
+    if len(args) > 3:  # the source's padding mask (or another additive bias), by query head
+        s = scores.shape[-1]
+        bias = np.broadcast_to(_bias_4d(args[3]), (batch, heads, t, s)).astype(q.dtype)
+        scores = scores + bias.reshape(batch, groups, heads // groups, t, s)
     out = (softmax(scores, axis=-1) @ v).reshape(batch, heads, t, -1)
     return affine(out.transpose(0, 2, 1, 3).reshape(batch, t, -1), w["wo"], w.get("bo"))
 

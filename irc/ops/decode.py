@@ -25,6 +25,7 @@ CACHE_DTYPES = ("f32", "f16")  # what a cache may be stored in (the compute dtyp
 # the decode ops exist only at inference: training differentiates the model's own layers (attention,
 # positional), which these replace in the decode graphs alone
 NO_GRAD = "an inference-only decoding op: training differentiates the layers it replaces, never the cache"
+NO_CUDA = " (decoding runs on the numpy reference and the CPU backend)"
 
 # attention's attributes that a cached layer keeps (causal is implied; a T5 bias comes in as the
 # attn_bias operand, one column per cache slot, from rel_position_bias_at)
@@ -114,8 +115,7 @@ register(OpDef(
     cost=_cached_cost, init=lambda a: OPS["attention"].init_rules(_attention_attrs(a)),
     receptive=rf_reset("mixes every position it attends to"), classes=frozenset({"attention", "learned", "decode"}),
     depth=2,
-    na={"cpu": "the CPU backend has no cached-attention renderer yet (decoding runs on the numpy reference)",
-        "cuda": "the CUDA backend has no cached-attention kernel yet (decoding runs on the numpy reference)",
+    na={"cuda": "the CUDA backend has no cached-attention kernel yet" + NO_CUDA,
         "grad": NO_GRAD},
 ))
 
@@ -136,8 +136,7 @@ register(OpDef(
     doc="x[b, t] + P[pos[b] + t]: positional's table read from each row's offset",
     cost=ELEMENTWISE, init=lambda a: {"weight": "normal"}, receptive=rf_reset("sequence positions"),
     classes=frozenset({"position", "embedding", "decode"}),
-    na={"cpu": "the CPU backend has no positional_at renderer yet (decoding runs on the numpy reference)",
-        "cuda": "the CUDA backend has no positional_at kernel yet (decoding runs on the numpy reference)",
+    na={"cuda": "the CUDA backend has no positional_at kernel yet" + NO_CUDA,
         "grad": NO_GRAD},
 ))
 
@@ -174,20 +173,21 @@ register(OpDef(
         "each, computed once per sequence (wk, wv under the layer's own keys)",
     cost=_cross_kv_cost, init=lambda a: OPS["attention"].init_rules(_attention_attrs(a)),
     receptive=rf_reset("an encoder's keys and values"), classes=frozenset({"attention", "linear", "decode"}), depth=1,
-    na={"cpu": "the CPU backend has no cross_kv renderer yet (decoding runs on the numpy reference)",
-        "cuda": "the CUDA backend has no cross_kv kernel yet (decoding runs on the numpy reference)",
+    na={"cuda": "the CUDA backend has no cross_kv kernel yet" + NO_CUDA,
         "grad": NO_GRAD},
 ))
 
 
 def _cross_infer(a, ts):
-    x, k, v = ts
+    x, k, v = ts[:3]
     OPS["attention"].infer({**_attention_attrs(a), "causal": False}, [x])
     want = (x.shape[0], kv_heads(a), k.shape[2] if k.rank == 4 else "S", head_dim(a, x.shape[-1]))
     for name, c in (("k", k), ("v", v)):
         if c.dtype not in CACHE_DTYPES or tuple(c.shape) != want:
             raise ShapeError(f"cross {name} {c} does not match the layer: expected [{', '.join(map(str, want))}] "
                              f"(B, kv_heads, S, head_dim) in {' or '.join(CACHE_DTYPES)}")
+    if len(ts) > 3:  # the source's padding mask (0 or -inf per key), or any additive bias
+        check_score_bias(ts[3], (x.shape[0], a["heads"], x.shape[1], k.shape[2]))
     return [x]
 
 
@@ -198,21 +198,21 @@ def _cross_cost(node, ins, outs) -> Cost:
     hd = head_dim(a, d)
     pairs = b * a["heads"] * t * k.shape[2]
     c = Cost().mac("linear", 2 * b * t * d * a["heads"] * hd).mac("attention", 2 * pairs * hd)
-    return c.add("softmax", SOFTMAX_PER_ELEMENT * pairs).add("elementwise", pairs)
+    return c.add("softmax", SOFTMAX_PER_ELEMENT * pairs).add("elementwise", pairs * (2 if len(ins) > 3 else 1))
 
 
 register(OpDef(
-    "cached_cross_attention", ("x", "k", "v"),
+    "cached_cross_attention", ("x", "k", "v", "attn_bias?"),
     (Attr("heads", "posint"), Attr("kv_heads", "posint", None), Attr("scale", "float", None),
      Attr("head_dim", "posint", None), Attr("bias", "bool_or_letters", False, ("q", "k", "v", "o"))),
-    _cross_infer, lambda a, ts: _proj(a, "qo", ts),
+    _cross_infer, lambda a, ts: _proj(a, "qo", ts[:3]),
     doc="cross-attention of the queries x [B, T, D] over keys and values cross_kv made: "
-        "softmax(q·kᵀ·scale)·v, then wo (wq, wo under the layer's own keys)",
+        "softmax(q·kᵀ·scale + attn_bias)·v, then wo (wq, wo under the layer's own keys); attn_bias "
+        "[B|1, heads|1, T|1, S] is the source's padding mask when the encoder's rows differ in length",
     cost=_cross_cost, init=lambda a: OPS["attention"].init_rules(_attention_attrs(a)),
     receptive=rf_reset("mixes every position it attends to"),
     classes=frozenset({"attention", "learned", "decode"}), depth=2,
-    na={"cpu": "the CPU backend has no cached_cross_attention renderer yet (decoding runs on the numpy reference)",
-        "cuda": "the CUDA backend has no cached_cross_attention kernel yet (decoding runs on the numpy reference)",
+    na={"cuda": "the CUDA backend has no cached_cross_attention kernel yet" + NO_CUDA,
         "grad": NO_GRAD},
 ))
 
@@ -233,7 +233,6 @@ register(OpDef(
         "bias[b, h, t, j] = weight[bucket(j − pos[b] − t), h]",
     cost=free, init=lambda a: {"weight": "normal"}, receptive=rf_reset("a bias over (query, key) pairs"),
     classes=frozenset({"position", "decode"}),
-    na={"cpu": "the CPU backend has no rel_position_bias_at renderer yet (decoding runs on the numpy reference)",
-        "cuda": "the CUDA backend has no rel_position_bias_at kernel yet (decoding runs on the numpy reference)",
+    na={"cuda": "the CUDA backend has no rel_position_bias_at kernel yet" + NO_CUDA,
         "grad": NO_GRAD},
 ))

@@ -21,6 +21,11 @@ a row that has finished). The prefill graph runs at T = the longest prompt, the 
 T = 1. Every other op on the decoder's side must act on each token alone (norms, FFNs,
 embeddings, the head); a recurrence, a convolution over time or a bidirectional attention there
 cannot be decoded this way and is refused by name. The encoder's side may hold anything.
+
+With ``source_mask`` an encoder-decoder also takes ``src_mask`` [B, 1, 1, S] (0 for a real source
+token, −inf for padding: right-padded sources of different lengths), added to the scores of every
+encoder attention and of every cross-attention, so no query reads a padded key; the encoder's
+other ops must then act on each position alone (a convolution or pooling there is refused).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from irc.types import TensorType
 # op classes whose result at one position reads other positions of the sequence
 _MIXING = ("recurrent", "conv", "pool", "window")
 CONTEXT_SYMBOL = "C"  # the context the registered pass leaves symbolic
+SOURCE_MASK = "src_mask"  # the input holding an encoder-decoder's padding mask
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,47 @@ def _refuse(graph: Graph, node: Node, what: str) -> IrcError:
                     node.loc)
 
 
-def decode_graph(graph: Graph, ctx: Dim, cache_dtype: str = "f32", step: bool = False) -> Graph:
+def _source_length(graph: Graph, types, per_token) -> Dim | None:
+    """The length S of the encoder memory every cross-attention reads (None: no cross-attention)."""
+    lengths = {types[n.inputs[1]].shape[1] for n in graph.nodes
+               if n.op == "attention" and is_cross(n) and len(n.inputs) == 2 and not per_token(n.inputs[1])}
+    if len(lengths) > 1:
+        raise IrcError(f"decode: the cross-attentions of '{graph.name}' read memories of different lengths "
+                       f"({', '.join(map(str, lengths))}): one padding mask cannot cover them", graph.loc)
+    return next(iter(lengths), None)
+
+
+def _masked_encoder(graph: Graph, node: Node, types, mask: str, made: dict[str, Node], length: Dim) -> list[Node]:
+    """``node`` of the encoder with the padding mask on its attention scores: the nodes to emit
+    (an ``add`` of the mask to its bias, once per bias, then the attention reading it)."""
+    if node.op != "attention":
+        opdef = get_op(node.op)
+        if opdef is not None and opdef.has(*_MIXING):
+            raise IrcError(f"decode: a source padding mask covers attention only; '{node.op}' in the encoder of "
+                           f"'{graph.name}' mixes positions, so padded sources would change real ones", node.loc)
+        return [_clone(node)]
+    x = node.inputs[0]
+    kv = node.inputs[1] if len(node.inputs) > 1 else x
+    if types[kv].shape[1] != length:
+        raise IrcError(f"decode: this encoder attention's keys have length {types[kv].shape[1]}, not the source's "
+                       f"{length}: the padding mask does not fit it", node.loc)
+    out: list[Node] = []
+    if len(node.inputs) > 2:
+        bias = node.inputs[2]
+        if bias not in made:
+            made[bias] = Node("add", [bias, mask], [f"{bias}.masked"], normalize_attrs(get_op("add"), {}),
+                              node.scope, None, node.loc)
+            out.append(made[bias])
+        scores_bias = made[bias].outputs[0]
+    else:
+        scores_bias = mask
+    masked = _clone(node)
+    masked.inputs = [x, kv, scores_bias]
+    return out + [masked]
+
+
+def decode_graph(graph: Graph, ctx: Dim, cache_dtype: str = "f32", step: bool = False,
+                 source_mask: bool = False) -> Graph:
     """The prefill graph of a typed model graph, or with ``step`` its step graph (module docstring)."""
     types = graph.value_types()
     dec_inputs = decoder_inputs(graph)
@@ -105,6 +151,10 @@ def decode_graph(graph: Graph, ctx: Dim, cache_dtype: str = "f32", step: bool = 
     ids = TensorType("i32", (batch,))
     extra = [Node("input", [], ["pos"], loc=graph.loc, types=[ids]),
              Node("input", [], ["valid"], loc=graph.loc, types=[ids])]
+    source = _source_length(graph, types, per_token) if source_mask else None
+    if source is not None:
+        extra.append(Node("input", [], [SOURCE_MASK], loc=graph.loc, types=[TensorType("f32", (batch, 1, 1, source))]))
+    made: dict[str, Node] = {}  # an encoder bias -> its masked sum
     body: list[Node] = []
     cached = crossed = 0
     for node in graph.nodes:
@@ -114,7 +164,8 @@ def decode_graph(graph: Graph, ctx: Dim, cache_dtype: str = "f32", step: bool = 
             continue
         if not per_token(node.outputs[0]):  # the encoder: run once, in the prefill
             if not step:
-                body.append(_clone(node))
+                body += _masked_encoder(graph, node, types, SOURCE_MASK, made, source) if source is not None \
+                    else [_clone(node)]
             continue
         opdef = get_op(node.op)
         a = node.attrs
@@ -131,7 +182,8 @@ def decode_graph(graph: Graph, ctx: Dim, cache_dtype: str = "f32", step: bool = 
                 body.append(_new("cross_kv", [node.inputs[1]], names, {**proj, "head_dim": hd, "dtype": cache_dtype},
                                  node))
                 out.outputs += [(v, v) for v in names]
-            body.append(_new("cached_cross_attention", [node.inputs[0], *names], list(node.outputs),
+            mask = [SOURCE_MASK] if source is not None else []
+            body.append(_new("cached_cross_attention", [node.inputs[0], *names, *mask], list(node.outputs),
                              {**proj, "scale": a.get("scale"), "head_dim": a.get("head_dim")}, node))
         elif node.op == "attention" and _decodable(node):
             i, x = cached, types[node.inputs[0]]
