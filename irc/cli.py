@@ -289,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     from irc.generate_cli import add_generate_parser  # irc generate: its arguments and logic live there
 
     add_generate_parser(sub, _common)
+    from irc.train_cli import add_train_parser  # irc train: its arguments and logic live there
+
+    add_train_parser(sub, _common)
     return parser
 
 

@@ -15,11 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 from irc.backends.numpy_ref import run_graph
 from irc.graph import Graph
+from irc.ops.grad_train import training_graph
 from irc.passes.grad import attach_loss, grad_label
 from irc.pipeline import load_graph, run_passes
 from irc.runtime.init import init_weights
@@ -28,14 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-10
 
 
-def _grads(graph: Graph, inputs: dict[str, np.ndarray], seed: int = 1):
-    """(weights, irc's outputs) of the grad graph of ``graph`` with a cross-entropy loss, in float64."""
+def _grads(graph: Graph, inputs: dict[str, np.ndarray], seed: int = 1, train: bool = False):
+    """(weights, irc's outputs) of the grad graph of ``graph`` with a cross-entropy loss, in float64 (in
+    training mode with ``train``: irc.ops.grad_train's BatchNorm over batch statistics)."""
     weights = init_weights(graph, seed=seed)
     rng = np.random.default_rng(seed)  # init's BatchNorm statistics are 0 and 1: make them matter
     weights = {k: (rng.uniform(0.5, 1.5, v.shape) if k.endswith("running_var")
                    else rng.normal(0, 0.1, v.shape) if k.endswith(("running_mean", ".bias")) else v).astype(np.float32)
                for k, v in weights.items()}
-    backward = run_passes(attach_loss(graph), ["grad"])
+    loss = attach_loss(graph)
+    backward = run_passes(training_graph(loss) if train else loss, ["grad"])
     return weights, run_graph(backward, weights, inputs, dtype=np.float64)
 
 
@@ -157,21 +161,25 @@ model resnet18_small(B, H, W) {
 """
 
 
-def test_resnet18_at_64x64(tmp_path: Path) -> None:
+@pytest.mark.parametrize("train", [False, True], ids=["inference_bn", "training_bn"])
+def test_resnet18_at_64x64(tmp_path: Path, train: bool) -> None:
     """models/resnet18.arch's blocks (frontends/arch/lib/resnet.arch) with 8-16 channels: convolutions with
-    stride and padding, inference-mode BatchNorm, max pooling, residual adds, global pooling."""
+    stride and padding, BatchNorm (inference mode, or training mode over the batch's statistics), max
+    pooling, residual adds, global pooling."""
     path = tmp_path / "resnet18_small.arch"
     path.write_text(SMALL_RESNET, encoding="utf-8")
     graph = load_graph(path, {"B": 2, "H": 64, "W": 64})
     rng = np.random.default_rng(4)
     image, targets = rng.standard_normal((2, 3, 64, 64)), np.array([3, 7])
-    weights, out = _grads(graph, {"image": image, "targets": targets})
+    weights, out = _grads(graph, {"image": image, "targets": targets}, train=train)
     w = _leaf(weights)
 
     def conv_bn(x: torch.Tensor, conv: str, bn: str, stride: int = 1) -> torch.Tensor:
         k = w[conv + ".weight"]
         y = F.conv2d(x, k, None, stride, k.shape[-1] // 2)
         stats = w[bn + ".running_mean"].detach(), w[bn + ".running_var"].detach()  # buffers: no gradient
+        if train:  # the batch's statistics (the running averages' update is not differentiated)
+            return F.batch_norm(y, None, None, w[bn + ".gain"], w[bn + ".bias"], True, 0.0, 1e-5)
         return F.batch_norm(y, *stats, w[bn + ".gain"], w[bn + ".bias"], False, 0.0, 1e-5)
 
     def block(x: torch.Tensor, p: str, down: bool) -> torch.Tensor:

@@ -22,12 +22,15 @@ from irc.passes.grad import grad_label
 from irc.pipeline import load_graph, run_passes
 from irc.runtime.init import init_weights
 
-# the backward primitives and losses this file checks against torch.autograd (read by tests/op_coverage.py)
+# the backward primitives and losses this file, and from "slice_grad" on tests/test_grad_ops_more.py, check
+# against torch.autograd (read by tests/op_coverage.py)
 ORACLE_OPS = frozenset({
     "sum_to", "act_grad", "softmax_grad", "causal_mask_grad", "layernorm_grad", "rmsnorm_grad", "embedding_grad",
     "position_grad", "cross_entropy", "cross_entropy_grad", "mse", "mse_grad", "conv1d_grad", "conv2d_grad",
     "maxpool1d_grad", "maxpool2d_grad", "avgpool1d_grad", "avgpool2d_grad", "global_avgpool_grad", "batchnorm_grad",
     "lstm_grad", "rel_position_bias_grad",
+    "slice_grad", "minmax_grad", "rope_grad", "groupnorm_grad", "instancenorm_grad", "rnn_grad", "gru_grad",
+    "conv_transpose1d_grad", "conv_transpose2d_grad", "adaptive_avgpool2d_grad", "upsample_grad", "dropout_mask",
 })
 
 T = dict[str, torch.Tensor]

@@ -13,9 +13,11 @@ import numpy as np
 
 from irc.backends.numpy_ref.attention import hidden_keys, t5_buckets
 from irc.backends.numpy_ref.elementwise import _erf, sigmoid, softmax, softplus
+from irc.backends.numpy_ref.grad_attention import OPS as ATTENTION
 from irc.backends.numpy_ref.losses import kept_rows
 from irc.backends.numpy_ref.norm import _along
 from irc.graph import Node
+from irc.ops.attention import rope_theta
 
 
 def sum_to(dy: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -170,7 +172,64 @@ def rel_position_bias_grad(node: Node, args, w):
     return out
 
 
+def slice_grad(node: Node, args, w):
+    """Zeros of ``size`` along the axis, dy at ``start``: the adjoint of slice, select and split."""
+    (dy,) = args
+    a = node.attrs
+    axis = a["axis"] % dy.ndim
+    out = np.zeros(dy.shape[:axis] + (a["size"],) + dy.shape[axis + 1:], dtype=dy.dtype)
+    index = [slice(None)] * dy.ndim
+    index[axis] = slice(a["start"], a["start"] + dy.shape[axis])
+    out[tuple(index)] = dy
+    return out
+
+
+def minmax_grad(node: Node, args, w):
+    """torch.maximum/minimum's backward: dy to the operand that wins, dy/2 to each on a tie (before sum_to)."""
+    x, y, dy = args
+    wins = x > y if node.attrs["fn"] == "maximum" else x < y
+    loses = x < y if node.attrs["fn"] == "maximum" else x > y
+    half = dy / dy.dtype.type(2)
+    da = np.where(wins, dy, np.where(loses, 0, half)).astype(dy.dtype)
+    db = np.where(loses, dy, np.where(wins, 0, half)).astype(dy.dtype)
+    return np.broadcast_to(da, dy.shape).copy(), np.broadcast_to(db, dy.shape).copy()
+
+
+def rope_grad(node: Node, args, w):
+    """rope rotates each pair by +angle; its transpose rotates dy by −angle: rope of dy with sin negated."""
+    (dy,) = args
+    t, hd = dy.shape[-2:]
+    freq = rope_theta(node.attrs, key="theta") ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    angle = np.arange(t, dtype=np.float64)[:, None] * freq[None, :]
+    cos = np.concatenate([np.cos(angle)] * 2, axis=-1).astype(dy.dtype)
+    sin = np.concatenate([np.sin(angle)] * 2, axis=-1).astype(dy.dtype)
+    half = hd // 2
+    rotated = np.concatenate([-dy[..., half:], dy[..., :half]], axis=-1)
+    return dy * cos - rotated * sin
+
+
+def dropout_rng(seed: int, step=None) -> np.random.Generator:
+    """The generator of a dropout mask: from ``seed`` alone, or from (seed, step) when the graph feeds a step
+    (NumPy's SeedSequence mixes the two). The CPU backend draws its masks with this very function."""
+    if step is None:
+        return np.random.default_rng(seed)
+    return np.random.default_rng([seed, int(step) % 2**63])  # SeedSequence takes no negative entropy
+
+
+def dropout_mask(node: Node, args, w):
+    """0 with probability p, else 1/(1 − p): uniforms in float64 from ``seed`` (and ``step``), so a mask is the
+    same in float32 and float64 runs."""
+    x = args[0]
+    p = node.attrs["p"]
+    keep = dropout_rng(node.attrs["seed"], args[1] if len(args) > 1 else None).random(x.shape) >= p
+    return np.where(keep, x.dtype.type(1 / (1 - p)), x.dtype.type(0))
+
+
 OPS = {
+    "dropout_mask": dropout_mask,
+    "slice_grad": slice_grad,
+    "minmax_grad": minmax_grad,
+    "rope_grad": rope_grad,
     "rel_position_bias_grad": rel_position_bias_grad,
     "sum_to": lambda node, args, w: sum_to(args[0], tuple(node.attrs["shape"])),
     "act_grad": act_grad,
@@ -182,4 +241,5 @@ OPS = {
     "position_grad": position_grad,
     "cross_entropy_grad": cross_entropy_grad,
     "mse_grad": mse_grad,
+    **ATTENTION,
 }

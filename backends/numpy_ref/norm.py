@@ -45,6 +45,28 @@ def batchnorm_train(x: np.ndarray, axis: int = 1, eps: float = 1e-5) -> np.ndarr
     return (x - mean) / np.sqrt(var + x.dtype.type(eps))
 
 
+def batch_statistics(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """This batch's per-channel mean and biased variance (what training-mode BatchNorm normalises with),
+    pooled over every axis but ``axis``, and the count they pool."""
+    others = tuple(i for i in range(x.ndim) if i != axis)
+    mean = x.mean(axis=others)
+    centred = x - _along(mean, axis, x.ndim)
+    return mean, (centred * centred).mean(axis=others), x.size // x.shape[axis]
+
+
+def _batchnorm_op(node, args, w):
+    a = node.attrs
+    x = args[0]
+    axis = a.get("axis", 1) % x.ndim
+    if not a.get("train"):
+        return batchnorm(x, w["running_mean"], w["running_var"], w["gain"], w["bias"], axis, a.get("eps", 1e-5))
+    # training (F.batch_norm(training=True)): this batch's statistics; also return the mean and the unbiased
+    # variance, which PyTorch's running averages take in (running ← (1 − momentum)·running + momentum·batch)
+    mean, var, n = batch_statistics(x, axis)
+    y = batchnorm(x, mean, var, w["gain"], w["bias"], axis, a.get("eps", 1e-5))
+    return y, mean, (var * x.dtype.type(n / max(n - 1, 1))).astype(x.dtype)
+
+
 def groupnorm(x: np.ndarray, groups: int, gain=None, bias=None, eps: float = 1e-5) -> np.ndarray:
     """nn.GroupNorm on [B, C, ...]: per sample, mean and biased variance over each group of C/groups channels
     and every position, then gain and bias per channel. InstanceNorm is groups = C."""
@@ -70,7 +92,6 @@ OPS = {
     "instancenorm": lambda node, args, w: groupnorm(args[0], args[0].shape[1], w.get("gain"), w.get("bias"),
                                                     node.attrs["eps"]),
     "rmsnorm": lambda node, args, w: rmsnorm(args[0], w.get("gain"), node.attrs.get("eps", 1e-6)),
-    "batchnorm": lambda node, args, w: batchnorm(args[0], w["running_mean"], w["running_var"], w["gain"], w["bias"],
-                                                 node.attrs.get("axis", 1), node.attrs.get("eps", 1e-5)),
+    "batchnorm": _batchnorm_op,
 }
 

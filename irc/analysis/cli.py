@@ -68,6 +68,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     hw.add_argument("--hardware-file", metavar="FILE", help="a TOML table of devices in hardware.toml's form")
     hw.add_argument("--compute-efficiency", type=float, metavar="F", help="fraction of the peak FLOP/s reached")
     hw.add_argument("--bandwidth-efficiency", type=float, metavar="F", help="fraction of the memory bandwidth reached")
+    gr = p.add_argument_group("gradients (docs/analysis.md#gradients-at-initialisation)")
+    gr.add_argument("--gradients", action="store_true",
+                    help="measure gradient norms at initialisation per weight, block depth and time step")
+    gr.add_argument("--loss", choices=["cross_entropy", "mse"],
+                    help="the loss to attach (default: cross_entropy if the model reads integer ids, else mse)")
+    gr.add_argument("--seed", type=int, help="seed of the initial weights and random batches (default 0)")
+    gr.add_argument("--batches", type=int, metavar="N", help="random batches to average over (default 3)")
+    gr.add_argument("--gradients-plot", metavar="FILE.png",
+                    help="also draw gradient norm against depth (and time) as a PNG (needs matplotlib: irc[train])")
 
 
 def _check_usage(args: argparse.Namespace) -> None:
@@ -87,6 +96,12 @@ def _check_usage(args: argparse.Namespace) -> None:
                              or args.global_batch is not None or args.recompute != "none" or args.attention_dropout):
         problems.append("--tp, --pp, --dp, --sp, --zero, --global-batch, --recompute and --attention-dropout "
                         "describe a training run: add --train adam (or adamw, sgd, momentum)")
+    elif not args.gradients and (args.loss or args.seed is not None or args.batches is not None
+                                 or args.gradients_plot is not None):
+        problems.append("--loss, --seed, --batches and --gradients-plot describe the gradient measurement: "
+                        "add --gradients")
+    elif args.gradients and (args.format in ("csv", "md") or args.batches is not None and args.batches < 1):
+        problems.append("--gradients prints a table or JSON (not --format csv or md), over --batches of at least 1")
     elif args.hardware_file and not args.hardware:
         problems.append("--hardware-file gives the table --hardware NAME chooses from: add --hardware")
     if problems:
@@ -142,23 +157,49 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                                             hardware.memory if hardware else None)
     if hardware is not None:
         _roofline(analysis, args, source, given, hardware)
+    gradients = None
+    if args.gradients:
+        from irc.analysis.gradients import measure_gradients
+
+        if args.gradients_plot is not None:  # refuse a plot that cannot be drawn before measuring
+            from irc.analysis.gradient_plot import FLAG, require_matplotlib
+            from irc.output_files import check_output_path, refuse_overwriting_input
+
+            check_output_path(args.gradients_plot, FLAG)
+            refuse_overwriting_input(args.gradients_plot, {"model file": args.file}, FLAG)
+            require_matplotlib()
+        gradients = measure_gradients(graph, args.loss, args.seed or 0, 3 if args.batches is None else args.batches)
+        if args.gradients_plot is not None:
+            from irc.analysis.gradient_plot import write_plot
+
+            write_plot(gradients, args.gradients_plot)
     fmt = "json" if args.json else (args.format or "table")
-    write_output(args.output, render(analysis, args.file, fmt, args.depth))
+    write_output(args.output, render(analysis, args.file, fmt, args.depth, gradients))
     return 0
 
 
-def render(analysis: Any, file: str, fmt: str, depth: int | None) -> str:
+def render(analysis: Any, file: str, fmt: str, depth: int | None, gradients: Any = None) -> str:
     if fmt == "json":
         from irc.analysis.report_json import analysis_to_json
 
-        return json.dumps(analysis_to_json(analysis, file), indent=2) + "\n"
+        doc = analysis_to_json(analysis, file)
+        if gradients is not None:  # --gradients (irc/analysis/gradient_report.py)
+            from irc.analysis.gradient_report import to_json
+
+            doc["gradients"] = to_json(gradients)
+        return json.dumps(doc, indent=2) + "\n"
     from irc.analysis.report_text import analysis_to_csv, analysis_to_markdown, analysis_to_text
 
     if fmt == "csv":
         return analysis_to_csv(analysis, depth)
     if fmt == "md":
         return analysis_to_markdown(analysis, file, depth)
-    return analysis_to_text(analysis, file, depth)
+    text = analysis_to_text(analysis, file, depth)
+    if gradients is not None:
+        from irc.analysis.gradient_report import to_text
+
+        text += "\n" + to_text(gradients)
+    return text
 
 
 def _roofline(analysis: Any, args: argparse.Namespace, source: Any, given: dict[str, int], hardware: Any) -> None:

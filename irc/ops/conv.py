@@ -8,7 +8,7 @@ from irc.dims import Dim
 from irc.ops.common import conv_out, need_float, need_rank, pair
 from irc.ops.cost import Cost, numel
 from irc.ops.registry import RF_ADAPTIVE, RF_GLOBAL, Attr, OpDef, ShapeError, register, rf_window
-from irc.ops.vjps import GRAD_LATER, vjp_window_layer
+from irc.ops.vjps import vjp_window_layer
 from irc.types import TensorType
 
 
@@ -185,7 +185,7 @@ def _adaptive_infer(a, ts):
 register(OpDef("adaptive_avgpool2d", ("x",), (Attr("size", "pair"),), _adaptive_infer,
                doc="average pooling to a fixed output size (PyTorch's bin edges)",
                cost=_adaptive_cost, receptive=RF_ADAPTIVE, classes=frozenset({"pool", "window"}),
-               na={"grad": GRAD_LATER}))
+               vjp=vjp_window_layer))
 
 
 # -- transposed convolution (torch.nn.ConvTranspose{1,2}d) ------------------------------------------
@@ -266,5 +266,5 @@ for _nd in (1, 2):
         # _calculate_fan_in_and_fan_out reads the transposed layout
         cost=_tconv_cost(_nd), init=lambda a: {"weight": "fan", "bias": "zeros"},
         receptive=rf_window(_nd, _tconv_window(_nd)),
-        classes=frozenset({"conv", "window"}), depth=1, na={"grad": GRAD_LATER},
+        classes=frozenset({"conv", "window"}), depth=1, vjp=vjp_window_layer,
     ))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from irc.ops.common import broadcast, need_float, norm_axis
 from irc.ops.cost import ACTIVATION, ELEMENTWISE, SOFTMAX_PER_ELEMENT, free, per_element
 from irc.ops.registry import RF_POINTWISE, Attr, OpDef, ShapeError, register, rf_along
-from irc.ops.vjps import BINARY_VJPS, GRAD_LATER, vjp_activation, vjp_pass, vjp_softmax
+from irc.ops.vjps import BINARY_VJPS, vjp_activation, vjp_minmax, vjp_pass, vjp_softmax
 
 
 def _same(a, ts):
@@ -85,6 +85,8 @@ def _dropout_infer(a, ts):
     return [ts[0]]
 
 
+# training: irc.ops.grad_train.training_graph lowers it to mul(x, dropout_mask(x, p, seed)), so the backward
+# multiplies by the very mask the forward drew (mul's vjp); here, and in the grad of an inference graph, the identity
 register(OpDef("dropout", ("x",), (Attr("p", "float", 0.1),), _dropout_infer,
                doc="inverted dropout; the identity at inference", cost=free, receptive=RF_POINTWISE,
                classes=frozenset({"pass_through", "view"}), vjp=vjp_pass))
@@ -121,4 +123,4 @@ for _name in ("maximum", "minimum"):
     register(OpDef(_name, ("a", "b"), (), _pair_infer,
                    doc=f"elementwise {_name} of two tensors with NumPy broadcasting (NaN propagates)",
                    cost=ELEMENTWISE, receptive=RF_POINTWISE, classes=frozenset({"elementwise"}),
-                   na={"grad": GRAD_LATER}))
+                   vjp=vjp_minmax))

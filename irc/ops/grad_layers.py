@@ -1,4 +1,5 @@
-"""Backward primitives of the layers with weights or windows: convolutions, pools, BatchNorm and the LSTM.
+"""Backward primitives of the layers with weights or windows: convolutions (and transposed ones), pools,
+upsampling, the per-sample and per-channel norms and the recurrent layers.
 
 Each ``<layer>_grad`` record is derived from its forward record: the same attributes, parameters,
 buffers and init rules (it reads the layer's weights at the forward node's ``weights`` scope), operands
@@ -13,12 +14,13 @@ from dataclasses import replace
 from typing import Any
 
 import irc.ops.conv  # noqa: F401  (the forward records each backward derives from)
+import irc.ops.grad_attention  # noqa: F401  (sdpa_grad, the fused attention core's backward)
 import irc.ops.norm  # noqa: F401
-import irc.ops.recurrent  # noqa: F401
+import irc.ops.resample  # noqa: F401
 from irc.ops.cost import Cost, numel
 from irc.ops.grad_ops import BACKWARD, NA
+from irc.ops.recurrent import GATES, passes, torch_layout
 from irc.ops.registry import OPS, OpDef, ShapeError, register, rf_reset
-from irc.ops.vjps import lstm_grad_results
 from irc.types import TensorType
 
 _RF = rf_reset("a gradient, not a feature map the receptive field follows")
@@ -29,12 +31,15 @@ def param_order(fwd: OpDef, a: dict[str, Any], x: TensorType) -> list[str]:
     return list(fwd.param_shapes(a, [x]))
 
 
-def _infer(fwd: OpDef, extra: int = 0) -> Callable:
+def _infer(fwd: OpDef) -> Callable:
+    """(x, dy, and for a recurrent layer the final states' gradients): each gradient has the type of the
+    forward result it belongs to; the results are x's type, then each parameter's."""
     def infer(a, ts):
-        x, dy = ts[0], ts[1]
-        (y,) = fwd.infer(a, [x])[:1]
-        if any(not t.is_float for t in ts[1:]) or dy.rank != y.rank or any(p != q for p, q in zip(dy.shape, y.shape)):
-            raise ShapeError(f"the gradient {dy} does not match the forward result {y} (or is not floating-point)")
+        x = ts[0]
+        ys = fwd.infer(a, [x])
+        for dy, y in zip(ts[1:], ys):
+            if not dy.is_float or dy.rank != y.rank or any(p != q for p, q in zip(dy.shape, y.shape)):
+                raise ShapeError(f"the gradient {dy} does not match the forward result {y} (or is not floating-point)")
         shapes = fwd.param_shapes(a, [x])
         return [x] + [TensorType(x.dtype, tuple(shapes[p])) for p in param_order(fwd, a, x)]
     return infer
@@ -48,11 +53,23 @@ def _results(fwd: OpDef) -> Callable[[dict[str, Any]], tuple[str, ...]]:
     return results
 
 
+def _recurrent_names(op: str) -> Callable[[dict[str, Any]], tuple[str, ...]]:
+    # a recurrent layer's parameter names follow from its attributes alone (the input width only sizes them)
+    return lambda a: tuple(OPS[op].param_shapes(a, [TensorType("f32", (1, 1, 1))]))
+
+
+def _weight_bias(a) -> tuple[str, ...]:
+    return ("weight", "bias") if a["bias"] else ("weight",)
+
+
+def _affine(a) -> tuple[str, ...]:
+    return ("gain", "bias") if a["affine"] else ()
+
+
 _NAMES: dict[str, Callable[[dict[str, Any]], tuple[str, ...]]] = {
-    "conv1d": lambda a: ("weight", "bias") if a["bias"] else ("weight",),
-    "conv2d": lambda a: ("weight", "bias") if a["bias"] else ("weight",),
-    "batchnorm": lambda a: ("gain", "bias"),
-    "lstm": lambda a: lstm_grad_results(a)[1:],
+    "conv1d": _weight_bias, "conv2d": _weight_bias, "conv_transpose1d": _weight_bias, "conv_transpose2d": _weight_bias,
+    "batchnorm": lambda a: ("gain", "bias"), "groupnorm": _affine, "instancenorm": _affine,
+    "rnn": _recurrent_names("rnn"), "lstm": _recurrent_names("lstm"), "gru": _recurrent_names("gru"),
 }
 
 
@@ -78,6 +95,9 @@ for _nd in (1, 2):
     _derive(f"conv{_nd}d", _twice_forward(f"conv{_nd}d"),
             f"(dx, dweight, dbias) of conv{_nd}d: dx the transposed convolution of dy, dweight the correlation of "
             "x with dy, dbias Σ dy")
+    _derive(f"conv_transpose{_nd}d", _twice_forward(f"conv_transpose{_nd}d"),
+            f"(dx, dweight, dbias) of conv_transpose{_nd}d: dx the convolution of dy with the weight, dweight the "
+            "correlation of dy with x, dbias Σ dy")
 
 
 def _pool_grad_cost(node, ins, outs) -> Cost:
@@ -94,22 +114,68 @@ for _nd in (1, 2):
             f"dx of avgpool{_nd}d: each window's dy divided by its count, added at every position it covers")
 _derive("global_avgpool", lambda node, ins, outs: Cost().add("pool", numel(outs[0])),
         "dx of global_avgpool: dy / (number of positions), broadcast over every spatial position")
-_derive("batchnorm", lambda node, ins, outs: Cost().add("norm", 5 * numel(outs[0])),  # dx (2), dgain (2), dbias
-        "(dx, dgain, dbias) of the inference-mode batchnorm: dx = dy·gain/√(var + eps) with the running statistics")
+_derive("adaptive_avgpool2d", _pool_grad_cost,
+        "dx of adaptive_avgpool2d: each bin's dy divided by the bin's size, added at every position it covers")
 
 
-def _lstm_grad_cost(node, ins, outs) -> Cost:
+def _upsample_grad_cost(node, ins, outs) -> Cost:
+    """Nearest: each output's dy added to its source (1 per element of dy); bilinear: each of its 4 weighted
+    taps again (2 × the forward's)."""
+    if node.attrs["mode"] == "nearest":
+        return Cost().add("pool", numel(ins[1]))
+    fwd = OPS["upsample"]
+    return Cost().add("pool", 2 * fwd.cost(node, ins[:1], ins[1:2]).total)
+
+
+_derive("upsample", _upsample_grad_cost,
+        "dx of upsample: each output's dy added back to the input pixels it was read from, with its weight")
+
+
+def _batchnorm_grad_cost(node, ins, outs) -> Cost:
+    """Inference: dx (2), dgain (2), dbias (1) per element. Training: LayerNorm's backward count (recompute
+    x̂ 5, dx from dx̂ 6, dx̂ = dy·gain 1, dgain 2, dbias 1)."""
+    return Cost().add("norm", (15 if node.attrs.get("train") else 5) * numel(outs[0]))
+
+
+_derive("batchnorm", _batchnorm_grad_cost,
+        "(dx, dgain, dbias) of batchnorm: inference mode dx = dy·gain/√(var + eps) with the running statistics; "
+        "train=true through the batch mean and variance")
+
+
+def _group_grad_cost(node, ins, outs) -> Cost:
+    """LayerNorm's backward count per element (recompute x̂ 5, dx from dx̂ 6), + 4 with a gain and bias."""
+    return Cost().add("norm", (11 + 4 * bool(node.attrs["affine"])) * numel(outs[0]))
+
+
+_derive("groupnorm", _group_grad_cost,
+        "(dx, dgain, dbias) of groupnorm: dx = (dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂))/σ over each sample's group")
+_derive("instancenorm", _group_grad_cost,
+        "(dx, dgain, dbias) of instancenorm: groupnorm's backward with one group per channel")
+
+
+# elementwise FLOPs per hidden unit and step of each recurrence's backward (the gate derivatives and products)
+BPTT_FLOPS = {"rnn": 3, "lstm": 12, "gru": 14}
+
+
+def _recurrent_grad_cost(node, ins, outs) -> Cost:
     """BPTT: dx and dh_{t−1} from the gate gradients, and both weight gradients: twice the forward's MACs;
-    the gate derivatives ~ 12 elementwise FLOPs per hidden unit and step; the bias gradient Σ dgates."""
-    fwd = OPS["lstm"]
+    the gate derivatives (BPTT_FLOPS per hidden unit and step of every pass); the bias gradient Σ dgates."""
+    op = node.op.removesuffix("_grad")
+    fwd = OPS[op]
     x = ins[0]
     b, t = x.shape[0], x.shape[1]
     ys = fwd.infer(node.attrs, [x])
     c = Cost().mac("linear", 2 * fwd.cost(node, [x], ys).macs)
-    units = b * t * node.attrs["hidden"]
-    return c.add("elementwise", 12 * units + (4 * units if node.attrs["bias"] else 0))
+    units = b * t * node.attrs["hidden"] * (len(passes(node.attrs)) if torch_layout(node.attrs) else 1)
+    return c.add("elementwise", BPTT_FLOPS[op] * units + (GATES[op] * units if node.attrs["bias"] else 0))
 
 
-_derive("lstm", _lstm_grad_cost,
-        "(dx, dweight_ih, dweight_hh, dbias) of the lstm by backpropagation through time from dseq (and the final "
-        "states' dh, dc)", inputs=("x", "dseq", "dh?", "dc?"))
+_derive("lstm", _recurrent_grad_cost,
+        "(dx, then each weight's gradient) of the lstm (either layout) by backpropagation through time from dseq "
+        "(and the final states' dh, dc)", inputs=("x", "dseq", "dh?", "dc?"))
+_derive("gru", _recurrent_grad_cost,
+        "(dx, then each weight's gradient) of the gru (either variant and layout) by backpropagation through time "
+        "from dseq (and the final state's dh)", inputs=("x", "dseq", "dh?"))
+_derive("rnn", _recurrent_grad_cost,
+        "(dx, then each weight's gradient) of the rnn (either layout) by backpropagation through time from dseq "
+        "(and the final state's dh)", inputs=("x", "dseq", "dh?"))

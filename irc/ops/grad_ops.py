@@ -13,11 +13,13 @@ from typing import Any
 
 from irc.dims import Dim
 from irc.ops.common import broadcast, need_float, norm_axis, same_dim
-from irc.ops.cost import SOFTMAX_PER_ELEMENT, Cost, free, numel
-from irc.ops.elementwise import ACTIVATIONS, MORE_ACTIVATIONS
+from irc.ops.cost import SOFTMAX_PER_ELEMENT, Cost, free, numel, per_element
+from irc.ops.elementwise import ACTIVATIONS, MORE_ACTIVATIONS, _dropout_infer
 from irc.ops.losses import _NA, check_targets
 from irc.ops.norm import NORM_INIT, _ln_infer, _ln_params, _rms_params, _same, layernorm_axis
+from irc.ops.primitives import _heads_infer
 from irc.ops.registry import RF_POINTWISE, Attr, OpDef, ShapeError, register, rf_along, rf_reset
+from irc.ops.vjps import vjp_constant
 from irc.types import TensorType
 
 SECOND_ORDER = "second-order gradients: a later step of issue 15"
@@ -267,4 +269,78 @@ register(OpDef(
     doc="the bucket table's gradient [buckets, heads]: row k is Σ of dy[0, h, i, j] over the pairs whose "
         "relative position j − i falls in bucket k (scatter-add)",
     cost=lambda node, ins, outs: Cost().add("elementwise", numel(ins[0])), receptive=_RF, classes=BACKWARD, na=NA,
+))
+
+
+# -- shape ops, maximum/minimum and RoPE ------------------------------------------------------------
+
+
+def _slice_grad_infer(a, ts):
+    (dy,) = ts
+    need_float(dy, "gradient")
+    ax = norm_axis(a["axis"], dy.rank)
+    end = a["start"] + dy.shape[ax]
+    size = a["size"]
+    if isinstance(size, int) and isinstance(end, int) and end > size:
+        raise ShapeError(f"the gradient {dy} placed at {a['start']} along axis {ax} ends at {end}, past the size "
+                         f"{size}")
+    return [dy.with_shape(dy.shape[:ax] + (size,) + dy.shape[ax + 1:])]
+
+
+register(OpDef(
+    "slice_grad", ("dy",), (Attr("axis", "int"), Attr("start", "nonneg"), Attr("size", "dim")), _slice_grad_infer,
+    doc="the adjoint of slice (and select, split): zeros of `size` along the axis with dy placed at `start`",
+    cost=free, receptive=_RF, classes=BACKWARD | {"data_movement"}, na=NA,
+))
+
+
+def _minmax_grad_infer(a, ts):
+    x, y, dy = ts
+    need_float(dy, "gradient")
+    out = broadcast(x, y, "minmax_grad")
+    if out.shape != dy.shape:
+        raise ShapeError(f"the gradient {dy} does not match the broadcast operands {out}")
+    return [dy, dy]
+
+
+register(OpDef(
+    "minmax_grad", ("a", "b", "dy"), (Attr("fn", "enum", choices=("maximum", "minimum")),), _minmax_grad_infer,
+    results=("da", "db"),
+    doc="(da, db) of maximum/minimum at the broadcast shape: dy where the operand wins, dy/2 to each on a tie",
+    # a compare per element, then a select (or halving) per result
+    cost=lambda node, ins, outs: Cost().add("elementwise", 3 * numel(outs[0])),
+    receptive=RF_POINTWISE, classes=BACKWARD, na=NA,
+))
+
+
+def _rope_grad_infer(a, ts):
+    need_float(ts[0], "gradient")
+    return _heads_infer(a, ts)
+
+
+register(OpDef(
+    "rope_grad", ("dy",), (Attr("theta", "float", None, doc="default 10000"),), _rope_grad_infer,
+    doc="the adjoint of rope: each pair rotated back by its angle, dy·cos − rotate_half(dy)·sin",
+    cost=per_element("elementwise", 3), receptive=_RF, classes=BACKWARD, na=NA,
+))
+
+
+# -- training-mode dropout ---------------------------------------------------------------------------
+
+
+def _dropout_mask_infer(a, ts):
+    need_float(ts[0])
+    if len(ts) > 1 and (ts[1].is_float or ts[1].rank != 0):
+        raise ShapeError(f"the step of a dropout mask is an integer scalar, got {ts[1]}")
+    return _dropout_infer(a, ts[:1])  # dropout's rule for p
+
+
+register(OpDef(
+    "dropout_mask", ("x", "step?"), (Attr("p", "float", 0.1), Attr("seed", "int", 0)), _dropout_mask_infer,
+    doc="a mask of x's shape: 0 with probability p, else 1/(1 − p), drawn from `seed` (and the integer scalar "
+        "`step` when given: a training loop feeds its step, so one compiled graph draws new masks every step; "
+        "training-mode dropout is x·dropout_mask(x), so the backward reuses the mask through mul's vjp)",
+    cost=lambda node, ins, outs: Cost().add("elementwise", numel(outs[0])),  # a draw and a compare per element
+    receptive=rf_reset("a random draw, not a feature map"), classes=frozenset({"primitive"}), na=_NA,
+    vjp=vjp_constant,
 ))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from irc.ops.common import need_float, need_rank, norm_axis
 from irc.ops.cost import Cost, numel
 from irc.ops.registry import RF_LAST_AXIS, RF_POINTWISE, Attr, OpDef, ShapeError, register, rf_along
-from irc.ops.vjps import GRAD_LATER, vjp_layernorm, vjp_rmsnorm, vjp_window_layer
+from irc.ops.vjps import vjp_batchnorm, vjp_layernorm, vjp_rmsnorm, vjp_window_layer
 
 NORM_INIT = {"gain": "ones", "bias": "zeros", "running_mean": "zeros", "running_var": "ones"}
 
@@ -78,7 +78,17 @@ register(OpDef(
 def _bn_infer(a, ts):
     need_rank(ts[0], 2, "an input [B, C, ...]")
     norm_axis(a["axis"], ts[0].rank)
-    return _same(a, ts)
+    out = _same(a, ts)
+    if not a.get("train"):
+        return out
+    stats = ts[0].with_shape(_bn_channels(a, ts))
+    return out + [stats, stats]  # the batch mean and (unbiased) variance the running averages take in
+
+
+def batchnorm_cost(node, ins, outs) -> Cost:
+    """Inference: one scale and shift per element (the statistics fold). Training: the batch statistics too,
+    as LayerNorm counts them (mean, centre, square and accumulate, scale: 5), then gain and bias (2)."""
+    return Cost().add("norm", (7 if node.attrs.get("train") else 2) * numel(outs[0]))
 
 
 def _bn_channels(a, ts):
@@ -88,14 +98,20 @@ def _bn_channels(a, ts):
 
 register(OpDef(
     "batchnorm", ("x",),
-    (Attr("eps", "float", 1e-5), Attr("momentum", "float", 0.1), Attr("axis", "int", 1)),
+    (Attr("eps", "float", 1e-5), Attr("momentum", "float", 0.1), Attr("axis", "int", 1),
+     # training (set by a training driver, irc/ops/grad_train.py): normalise with this batch's statistics and
+     # return them (mean, unbiased variance) for the running-average update, which is not differentiated
+     Attr("train", "bool", None, doc="training mode: batch statistics, also returned")),
     _bn_infer,
     lambda a, ts: {"gain": _bn_channels(a, ts), "bias": _bn_channels(a, ts)},
     buffers=lambda a, ts: {"running_mean": _bn_channels(a, ts), "running_var": _bn_channels(a, ts)},
-    doc="per-channel normalisation with running statistics (eval mode at inference)",
-    # inference: the statistics fold into one scale and shift per channel, pointwise everywhere
-    cost=lambda node, ins, outs: Cost().add("norm", 2 * numel(outs[0])), init=lambda a: NORM_INIT,
-    receptive=RF_POINTWISE, classes=frozenset({"batch_norm"}), vjp=vjp_window_layer,
+    results=lambda a: ("out", "batch_mean", "batch_var") if a.get("train") else ("out",),
+    doc="per-channel normalisation with running statistics (eval mode at inference), or with the batch's "
+        "(train=true)",
+    # inference: the statistics fold into one scale and shift per channel, pointwise everywhere (training:
+    # per-channel batch statistics, pointwise for the same reason as GroupNorm's below)
+    cost=batchnorm_cost, init=lambda a: NORM_INIT,
+    receptive=RF_POINTWISE, classes=frozenset({"batch_norm"}), vjp=vjp_batchnorm,
 ))
 
 
@@ -141,7 +157,7 @@ register(OpDef(
     doc="per sample, (x − mean)/sqrt(var + eps) over each group of C/groups channels and every spatial "
         "position, then gain and bias per channel (nn.GroupNorm)",
     cost=lambda node, ins, outs: groupnorm_cost(node.attrs, ins, outs), init=lambda a: NORM_INIT,
-    receptive=RF_POINTWISE, classes=frozenset({"norm"}), na={"grad": GRAD_LATER},
+    receptive=RF_POINTWISE, classes=frozenset({"norm"}), vjp=vjp_window_layer,
 ))
 
 
@@ -156,5 +172,5 @@ register(OpDef(
     doc="per sample and channel, (x − mean)/sqrt(var + eps) over the spatial axes, then optional gain and "
         "bias per channel (nn.InstanceNorm2d without running statistics)",
     cost=lambda node, ins, outs: groupnorm_cost(node.attrs, ins, outs), init=lambda a: NORM_INIT,
-    receptive=RF_POINTWISE, classes=frozenset({"norm"}), na={"grad": GRAD_LATER},
+    receptive=RF_POINTWISE, classes=frozenset({"norm"}), vjp=vjp_window_layer,
 ))

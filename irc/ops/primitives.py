@@ -11,7 +11,7 @@ from irc.ops.common import broadcast, need_float, need_rank, same_dim
 from irc.ops.cost import SOFTMAX_PER_ELEMENT, Cost, free, numel, per_element, rows, visible_pairs
 from irc.ops.norm import layernorm_cost, rmsnorm_cost
 from irc.ops.registry import INIT_RULES, RF_LAST_AXIS, RF_POINTWISE, Attr, OpDef, ShapeError, register, rf_reset
-from irc.ops.vjps import GRAD_FUSED, GRAD_LATER, vjp_causal_mask, vjp_gemm, vjp_param
+from irc.ops.vjps import GRAD_FUSED, vjp_causal_mask, vjp_gemm, vjp_param, vjp_rope
 from irc.types import TensorType
 
 # Each cost counts what its composite counted for the same work, so FLOPs agree before and after
@@ -152,7 +152,7 @@ register(OpDef("rope", ("x",), (Attr("theta", "float", None, doc="default 10000"
                doc="rotary position embedding on [B, H, T, hd], rotate-half pairing",
                cost=per_element("elementwise", 3),  # x·cos + rotate(x)·sin
                receptive=rf_reset("sequence positions"), classes=frozenset({"primitive", "position"}),
-               na={"grad": GRAD_LATER}))
+               vjp=vjp_rope))
 
 
 def _mask_infer(a, ts):

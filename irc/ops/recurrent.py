@@ -18,7 +18,7 @@ from __future__ import annotations
 from irc.ops.common import need_float, need_rank
 from irc.ops.cost import Cost
 from irc.ops.registry import Attr, OpDef, ShapeError, register, rf_reset
-from irc.ops.vjps import GRAD_LATER, vjp_lstm
+from irc.ops.vjps import vjp_recurrent
 
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 # per hidden unit and step: activation evaluations, other elementwise FLOPs (bias adds apart)
@@ -185,19 +185,19 @@ register(OpDef(
     "rnn", ("x",),
     (Attr("hidden", "dim"), Attr("bias", "bool", True), Attr("act", "enum", "tanh", ("tanh", "relu")), *LAYOUT_ATTRS),
     _infer("rnn"), _params("rnn"), **_facts("rnn"), results=("seq", "h"),
-    doc="h_t = act(W·h_{t−1} + U·x_t + b); results: the sequence and the final state", na={"grad": GRAD_LATER},
+    doc="h_t = act(W·h_{t−1} + U·x_t + b); results: the sequence and the final state", vjp=vjp_recurrent,
 ))
 register(OpDef(
     "lstm", ("x",),
     (Attr("hidden", "dim"), Attr("bias", "bool", True),
      Attr("forget_bias", "float", 1.0, doc="initial forget-gate bias b_f (the chapter: 1.0-2.0)"), *LAYOUT_ATTRS),
     _infer("lstm"), _params("lstm"), **_facts("lstm"), results=("seq", "h", "c"),
-    doc="LSTM with gates i, f, g, o; results: the sequence, final h and final c", vjp=vjp_lstm,
+    doc="LSTM with gates i, f, g, o; results: the sequence, final h and final c", vjp=vjp_recurrent,
 ))
 register(OpDef(
     "gru", ("x",),
     (Attr("hidden", "dim"), Attr("bias", "bool", True),
      Attr("variant", "enum", "chapter", ("chapter", "torch")), *LAYOUT_ATTRS),
     _infer("gru"), _params("gru"), **_facts("gru"), results=("seq", "h"),
-    doc="GRU; variant=chapter applies r before the hidden matmul, variant=torch after it", na={"grad": GRAD_LATER},
+    doc="GRU; variant=chapter applies r before the hidden matmul, variant=torch after it", vjp=vjp_recurrent,
 ))

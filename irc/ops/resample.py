@@ -12,7 +12,7 @@ from irc.dims import Dim, dim_floordiv
 from irc.ops.common import need_float, need_rank, pair
 from irc.ops.cost import Cost, free, numel
 from irc.ops.registry import Attr, OpDef, Receptive, ShapeError, register, rf_window
-from irc.ops.vjps import GRAD_LATER
+from irc.ops.vjps import vjp_pixel_shuffle, vjp_window_layer
 
 _MOVES = frozenset({"data_movement"})
 BILINEAR_PER_ELEMENT = 4  # one weighted tap per corner (fvcore's count; torch's flop counter counts none)
@@ -63,7 +63,7 @@ register(OpDef(
     doc="upsample by integer factors, as torch.nn.functional.interpolate(scale_factor=...)",
     cost=_upsample_cost,
     receptive=Receptive("window", nd=0, step=_upsample_window),
-    classes=_MOVES, na={"grad": GRAD_LATER},
+    classes=_MOVES, vjp=vjp_window_layer,
 ))
 
 
@@ -91,7 +91,7 @@ register(OpDef(
     doc="[..., C·r², H, W] → [..., C, H·r, W·r]: out[c, h·r + i, w·r + j] = x[c·r² + i·r + j, h, w]",
     # moves channels into space: an output pixel comes from one input pixel, 1/r of a pixel apart
     cost=free, receptive=rf_window(2, lambda a: ((1, 1), (Fraction(1, a["factor"]),) * 2)), classes=_MOVES,
-    na={"grad": GRAD_LATER},
+    vjp=vjp_pixel_shuffle,
 ))
 
 register(OpDef(
@@ -99,5 +99,5 @@ register(OpDef(
     doc="[..., C, H·r, W·r] → [..., C·r², H, W], the inverse of pixel_shuffle",
     # moves space into channels: an r×r window of stride r, folded into channels
     cost=free, receptive=rf_window(2, lambda a: ((a["factor"],) * 2, (Fraction(a["factor"]),) * 2)),
-    classes=_MOVES, na={"grad": GRAD_LATER},
+    classes=_MOVES, vjp=vjp_pixel_shuffle,
 ))

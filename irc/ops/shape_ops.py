@@ -6,7 +6,7 @@ from irc.dims import Dim, Sym, dim_floordiv, prod
 from irc.ops.common import need_rank, norm_axis, same_dim
 from irc.ops.cost import free
 from irc.ops.registry import RF_PERMUTE, RF_POINTWISE, Attr, OpDef, ShapeError, register, rf_along, rf_reset
-from irc.ops.vjps import GRAD_LATER, vjp_reshape, vjp_transpose
+from irc.ops.vjps import vjp_concat, vjp_expand, vjp_reshape, vjp_select, vjp_slice, vjp_split, vjp_transpose
 
 _AXIS = rf_along(lambda a, rank: a["axis"])  # keeps the field unless the axis is a spatial one
 _MOVES = frozenset({"data_movement"})
@@ -90,7 +90,7 @@ def _concat(a, ts):
 
 
 register(OpDef("concat", ("xs*",), (Attr("axis", "int", -1),), _concat, aliases=("cat",),
-               doc="join tensors along an axis", cost=free, classes=_MOVES, receptive=_AXIS, na={"grad": GRAD_LATER}))
+               doc="join tensors along an axis", cost=free, classes=_MOVES, receptive=_AXIS, vjp=vjp_concat))
 
 
 def _split_sizes(a, size: Dim) -> list[Dim]:
@@ -120,7 +120,7 @@ MAX_SPLIT = 4096  # results are named one by one; a typo such as split(x, 10**9)
 
 register(OpDef("split", ("x",), (Attr("parts", "int_or_ints", most=MAX_SPLIT), Attr("axis", "int", -1)), _split,
                results=_split_results, doc="split into equal parts or given sizes", cost=free, classes=_VIEW,
-               receptive=_AXIS, na={"grad": GRAD_LATER}))
+               receptive=_AXIS, vjp=vjp_split))
 
 
 def _select(a, ts):
@@ -135,7 +135,7 @@ def _select(a, ts):
 
 register(OpDef("select", ("x",), (Attr("axis", "int"), Attr("index", "int")), _select,
                doc="take one index along an axis and drop it (x[:, 0] is select(x, axis=1, index=0))",
-               cost=free, classes=_VIEW, receptive=_AXIS, na={"grad": GRAD_LATER}))
+               cost=free, classes=_VIEW, receptive=_AXIS, vjp=vjp_select))
 
 
 def _slice(a, ts):
@@ -157,7 +157,7 @@ def _slice(a, ts):
 
 register(OpDef("slice", ("x",), (Attr("axis", "int"), Attr("start", "int", 0), Attr("end", "int", None)), _slice,
                doc="x[start:end] along an axis (Python semantics; end defaults to the end)",
-               cost=free, classes=_VIEW, receptive=_AXIS, na={"grad": GRAD_LATER}))
+               cost=free, classes=_VIEW, receptive=_AXIS, vjp=vjp_slice))
 
 
 def _expand_axis(i: int, lead: int, size: Dim | None, want: Dim) -> tuple[Dim | None, str]:
@@ -192,7 +192,7 @@ def _expand(a, ts):
 register(OpDef("expand", ("x",), (Attr("shape", "dims"),), _expand, aliases=("broadcast_to",),
                doc="broadcast to a shape (torch.Tensor.expand): axes of size 1 repeat, -1 keeps a size, new axes "
                    "may lead",
-               cost=free, classes=_MOVES, receptive=RF_POINTWISE, na={"grad": GRAD_LATER}))
+               cost=free, classes=_MOVES, receptive=RF_POINTWISE, vjp=vjp_expand))
 
 
 def _input(a, ts):

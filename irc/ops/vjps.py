@@ -25,8 +25,14 @@ def _swap_last(rank: int) -> list[int]:
 
 
 def vjp_pass(b: Any, n: Any, dys: list[str | None]) -> Grads:
-    """identity, dropout (the identity the reference runs; docs/autodiff.md), and a sum's operands."""
+    """identity, dropout at inference (training lowers it to x·dropout_mask(x): mul's vjp then reuses the
+    mask), and a sum's operands."""
     return {0: dys[0]}
+
+
+def vjp_constant(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """A result that does not depend on its operand's values (dropout_mask: a random draw of its shape)."""
+    return {}
 
 
 def vjp_reshape(b: Any, n: Any, dys: list[str | None]) -> Grads:
@@ -41,6 +47,83 @@ def vjp_transpose(b: Any, n: Any, dys: list[str | None]) -> Grads:
     for i, p in enumerate(perm):
         inverse[p % rank] = i
     return {0: b.op("transpose", [dys[0]], {"perm": inverse})}
+
+
+def _axis(b: Any, value: str, axis: int) -> int:
+    rank = b.type(value).rank
+    return axis + rank if axis < 0 else axis
+
+
+def vjp_concat(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """The adjoint of joining is cutting: dxs = split(dy) at the operands' sizes along the axis."""
+    if len(n.inputs) == 1:
+        return {0: dys[0]}
+    ax = _axis(b, n.inputs[0], n.attrs["axis"])
+    sizes = [b.type(v).shape[ax] for v in n.inputs]
+    if all(s == sizes[0] for s in sizes):
+        parts: Any = len(sizes)
+    elif all(isinstance(s, int) for s in sizes):
+        parts = sizes
+    else:
+        b.refuse(n, f"a concat of unequal symbolic sizes {', '.join(map(str, sizes))} (bind them with -D)")
+    outs = b.op("split", [dys[0]], {"parts": parts, "axis": ax}, results=len(sizes))
+    return dict(enumerate(outs))
+
+
+def _offset(b: Any, n: Any, start: Any, what: str) -> int:
+    """Where a gradient is placed along an axis: slice_grad needs a number."""
+    if not isinstance(start, int):
+        b.refuse(n, f"{what} at the symbolic offset {start} (bind the sizes with -D)")
+    return start
+
+
+def vjp_split(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """dx = concat(dparts); a part nothing reads contributes zeros: the others are placed with slice_grad."""
+    x = n.inputs[0]
+    ax = _axis(b, x, n.attrs["axis"])
+    if all(d is not None for d in dys):
+        return {0: dys[0] if len(dys) == 1 else b.op("concat", list(dys), {"axis": ax})}
+    size, start, acc = b.type(x).shape[ax], 0, None
+    for part, dy in zip(n.outputs, dys):
+        if dy is not None:
+            at = _offset(b, n, start, "a split with an unread part: a part read lies")
+            placed = b.op("slice_grad", [dy], {"axis": ax, "start": at, "size": size})
+            acc = placed if acc is None else b.op("add", [acc, placed])
+        start = start + b.type(part).shape[ax]
+    return {0: acc}
+
+
+def vjp_slice(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """x[start:end] along an axis: dy placed back at start, zeros elsewhere (slice_grad)."""
+    x = n.inputs[0]
+    ax = _axis(b, x, n.attrs["axis"])
+    size = b.type(x).shape[ax]
+    start = slice(n.attrs["start"], n.attrs["end"]).indices(size)[0] if isinstance(size, int) else n.attrs["start"]
+    return {0: b.op("slice_grad", [dys[0]], {"axis": ax, "start": start, "size": size})}
+
+
+def vjp_select(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """x[..., index, ...]: dy with the axis back (size 1), placed at index by slice_grad."""
+    x = n.inputs[0]
+    xt = b.type(x)
+    ax = _axis(b, x, n.attrs["axis"])
+    size, index = xt.shape[ax], n.attrs["index"]
+    if index < 0:
+        index = _offset(b, n, index + size, "a select from the end of a symbolic axis: its index lies")
+    shape = list(xt.shape[:ax]) + [1] + list(xt.shape[ax + 1:])
+    one = b.op("reshape", [dys[0]], {"shape": shape})
+    return {0: b.op("slice_grad", [one], {"axis": ax, "start": index, "size": size})}
+
+
+def vjp_expand(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """Broadcasting's adjoint: sum over the new and the repeated axes."""
+    return {0: b.sum_to(dys[0], n.inputs[0])}
+
+
+def vjp_pixel_shuffle(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """A permutation of elements: its adjoint is the inverse permutation (pixel_unshuffle, and back)."""
+    inverse = "pixel_unshuffle" if n.op == "pixel_shuffle" else "pixel_shuffle"
+    return {0: b.op(inverse, [dys[0]], {"factor": n.attrs["factor"]})}
 
 
 # -- arithmetic -------------------------------------------------------------------------------
@@ -93,6 +176,14 @@ def vjp_matmul(b: Any, n: Any, dys: list[str | None]) -> Grads:
     xt, yt = b.type(x), b.type(y)
     da = b.op("matmul", [dy, b.op("transpose", [y], {"perm": _swap_last(yt.rank)})])
     db = b.op("matmul", [b.op("transpose", [x], {"perm": _swap_last(xt.rank)}), dy])
+    return {0: b.sum_to(da, x), 1: b.sum_to(db, y)}
+
+
+def vjp_minmax(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """maximum/minimum: dy to the operand that wins, half to each on a tie (torch.maximum's rule), then
+    summed over the axes each operand was broadcast along."""
+    x, y = n.inputs
+    da, db = b.op("minmax_grad", [x, y, dys[0]], {"fn": n.op}, results=2)
     return {0: b.sum_to(da, x), 1: b.sum_to(db, y)}
 
 
@@ -180,27 +271,45 @@ def vjp_param(b: Any, n: Any, dys: list[str | None]) -> Grads:
 
 
 def vjp_window_layer(b: Any, n: Any, dys: list[str | None]) -> Grads:
-    """conv1d/2d, the pools, global_avgpool and batchnorm: ``<op>_grad`` gives dx then each parameter's
-    gradient (batchnorm's running statistics are buffers: they get none)."""
+    """A layer whose backward primitive ``<op>_grad(x, dy)`` carries its attributes and weights (convolutions,
+    transposed convolutions, pools, upsampling, the norms): dx, then each parameter's gradient (batchnorm's
+    running statistics are buffers: they get none)."""
     from irc.ops.registry import OPS
 
     names = ("x", *OPS[n.op].param_shapes(n.attrs, [b.type(n.inputs[0])]))
     return _layer_grads(b, n, f"{n.op}_grad", [n.inputs[0], dys[0]], names)
 
 
-def lstm_grad_results(attrs: dict[str, Any]) -> tuple[str, ...]:
-    return ("x", "weight_ih", "weight_hh", "bias") if attrs.get("bias", True) else ("x", "weight_ih", "weight_hh")
+def vjp_batchnorm(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """batchnorm_grad: inference mode (running statistics constant) or, with train=true, through the batch
+    mean and variance. The batch statistics a training forward also returns feed the running-average
+    update, which is not differentiated."""
+    if any(d is not None for d in dys[1:]):
+        b.refuse(n, "a batchnorm whose batch statistics are read downstream (they feed the running averages only)")
+    return vjp_window_layer(b, n, dys[:1])
 
 
-def vjp_lstm(b: Any, n: Any, dys: list[str | None]) -> Grads:
-    """Backpropagation through time from the sequence's gradient and, when read, the final states'."""
-    if n.attrs.get("layout") == "torch":
-        b.refuse(n, "an lstm with layout=torch yet (stacked, bidirectional, two biases): a later step of issue 15")
-    dseq, dh, dc = dys
-    if dseq is None or (dh is None and dc is not None):
-        b.refuse(n, "an lstm whose sequence result is unused (or whose final c is read without its h)")
-    operands = [n.inputs[0], dseq] + [d for d in (dh, dc) if d is not None]
-    return _layer_grads(b, n, "lstm_grad", operands, lstm_grad_results(n.attrs))
+def _zeros_like(b: Any, value: str) -> str:
+    """0·value: the zero gradient of a result nothing reads (a recurrent layer's outputs are bounded or the
+    loss is already not finite, so the product is an exact 0)."""
+    return b.op("mul", [value], {"scalar": 0.0})
+
+
+def vjp_recurrent(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """rnn, lstm, gru (either layout): ``<op>_grad`` backpropagates through time from the sequence's gradient
+    and the final states' (a result nothing reads contributes zeros); dx, then each parameter's gradient."""
+    from irc.ops.registry import OPS
+
+    last = max(i for i, d in enumerate(dys) if d is not None)  # gradients after the last one read are left out
+    grads = [d if d is not None else _zeros_like(b, v) for d, v in zip(dys[:last + 1], n.outputs)]
+    operands = [n.inputs[0], *grads]
+    names = ("x", *OPS[n.op].param_shapes(n.attrs, [b.type(n.inputs[0])]))
+    return _layer_grads(b, n, f"{n.op}_grad", operands, names)
+
+
+def vjp_rope(b: Any, n: Any, dys: list[str | None]) -> Grads:
+    """A rotation per position and pair: its adjoint is the rotation by the opposite angle (rope_grad)."""
+    return {0: b.op("rope_grad", [dys[0]], {"theta": n.attrs.get("theta")})}
 
 
 # -- losses -----------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ from irc.diagnostics import IrcError
 from irc.graph import Graph, Node
 from irc.ops import ShapeError, get_op, normalize_attrs
 from irc.ops.registry import AttrError
+from irc.passes import grad_flash  # noqa: F401  (registers flash-grad, which fuses a differentiated attention)
 from irc.passes.decompose import RULES as DECOMPOSE_RULES
+from irc.passes.names import dotted_name, fresh_name, name_part
 from irc.passes.registry import register_pass
 from irc.passes.rewrite import apply_rules, eliminate_dead
 from irc.passes.shape_infer import shape_infer
@@ -39,11 +41,7 @@ class Builder:
         self.at: Node | None = None  # the forward node whose vjp is running
 
     def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.names:
-            name, i = f"{base}.{i}", i + 1
-        self.names.add(name)
-        return name
+        return fresh_name(base, self.names)
 
     def type(self, value: str) -> TensorType:
         return self.types[value]
@@ -105,17 +103,11 @@ def _loss_node(graph: Graph) -> Node:
 
 def grad_label(key: str, taken: set[str]) -> str:
     """An output label for the gradient of ``key`` (labels are plain names: dots become ``_``)."""
-    base = "grad_" + "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in key)
-    label, i = base, 1
-    while label in taken:
-        label, i = f"{base}_{i}", i + 1
-    taken.add(label)
-    return label
+    return fresh_name("grad_" + name_part(key), taken, sep="_")
 
 
 def _value_name(key: str) -> str:
-    parts = ["".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in p) for p in key.split(".")]
-    return "grad." + (".".join(p for p in parts if p) or "weight")
+    return dotted_name(key, prefix="grad.")
 
 
 @register_pass("grad", "reverse-mode autodiff of a scalar loss: outputs the loss and grad_<weight key> per weight")
@@ -222,11 +214,7 @@ def attach_loss(graph: Graph, loss: str = "cross_entropy", output: str | None = 
     taken = {v for n in out.nodes for v in n.outputs}
 
     def fresh(base: str) -> str:
-        name, i = base, 1
-        while name in taken:
-            name, i = f"{base}_{i}", i + 1
-        taken.add(name)
-        return name
+        return fresh_name(base, taken, sep="_")
 
     name = fresh(target)
     inputs = [i for i, n in enumerate(out.nodes) if n.op == "input"]
