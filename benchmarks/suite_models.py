@@ -29,6 +29,8 @@ MODELS = {
     "resnet18": ("models/resnet18.arch", {"B": 1, "H": 224, "W": 224}, "resnet18"),
     "resnet18 B=8": ("models/resnet18.arch", {"B": 8, "H": 224, "W": 224}, "resnet18"),
 }
+# the CPU pipeline: fuse, then the convolution fusion only the CPU backend renders (--passes fuse,fold-bn)
+IRC_PASSES = ["fuse", "fold-bn"]
 QUICK = {"gpt2_small": {"layers": 2, "T": 64}, "lstm_lm": {"T": 64}, "resnet18": {"H": 112, "W": 112}}
 
 
@@ -62,11 +64,11 @@ def peer_irc(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]
     from irc.pipeline import run_passes
 
     graph, weights, inputs = _setup(model, quick)
-    compiled = compile_graph(run_passes(graph, ["fuse"]))
+    compiled = compile_graph(run_passes(graph, IRC_PASSES))
     out = compiled.run(weights, inputs)["logits"]
     np.save(out_dir / f"{file_stem(model)}-irc.npy", out)
     seconds = best_of(lambda: compiled.run(weights, inputs), repeats)
-    return [_row(model, "irc", seconds, "fused graph, Numba CPU backend")]
+    return [_row(model, "irc", seconds, "fused graph (fuse, fold-bn), Numba CPU backend")]
 
 
 def _torch_net(model: str, quick: bool):
@@ -123,7 +125,7 @@ def peer_compile(model: str, quick: bool, cache_dir: Path, label: str) -> list[d
     from irc.backends.cpu import compile_graph
     from irc.pipeline import load_graph, run_passes
 
-    graph = run_passes(load_graph(ROOT / MODELS[model][0], _binds(model, quick)), ["fuse"])
+    graph = run_passes(load_graph(ROOT / MODELS[model][0], _binds(model, quick)), IRC_PASSES)
     compiled = compile_graph(graph)
     seconds = time.perf_counter() - start
     note = f"{compiled.stats.kernels} kernels, {compiled.stats.compiled} compiled"

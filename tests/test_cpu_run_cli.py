@@ -41,7 +41,7 @@ def model(tmp_path, monkeypatch):
 
 def test_passes_default_to_fuse_for_generated_backends():
     ns = argparse.Namespace
-    assert run_cli.backend_passes(ns(backend="cpu")) == ["fuse"]
+    assert run_cli.backend_passes(ns(backend="cpu")) == ["fuse", "fold-bn"]
     assert run_cli.backend_passes(ns(backend="numpy")) == []
     assert run_cli.backend_passes(ns(backend="cpu", no_fuse=True)) == []
     assert run_cli.backend_passes(ns(backend="cpu", passes="decompose, fuse-attention")) == [
@@ -53,7 +53,7 @@ def test_passes_default_to_fuse_for_generated_backends():
 def test_cpu_runs_the_fused_graph_and_checks_it(model, capsys):
     assert run_cli.cmd_run(_args(model)) == 0
     out = capsys.readouterr().out
-    assert re.search(r"passes: fuse \(\d+ nodes -> \d+\)", out)
+    assert re.search(r"passes: fuse, fold-bn \(\d+ nodes -> \d+\)", out)
     assert re.search(r"logits: \d\.\d+e-\d+  ok", out)
 
 

@@ -26,7 +26,7 @@ ROOT = HERE.parent
 
 # what each fusion must produce (so a rule that silently stops firing fails here)
 FUSED_OP = {"fuse-attention": "sdpa", "fuse-add-norm": "add_norm", "fuse-linear-act": "gemm",
-            "fuse-swiglu": "gemm_glu", "fuse-qkv": "gemm_multi"}
+            "fuse-swiglu": "gemm_glu", "fuse-qkv": "gemm_multi", "fold-bn": "conv2d_bn"}
 
 
 def _passes(case: Path) -> list[str]:
@@ -104,6 +104,8 @@ SMALL = {
                      "experts": 4},
     "deepseek_v2_lite": {"B": 1, "T": 6, "layers": 2, "d": 64, "heads": 4, "vocab": 50, "kv_lora": 16, "rope_dim": 8,
                          "nope_dim": 8, "v_dim": 12, "dense_ff": 48, "expert_ff": 16, "experts": 6, "top_k": 2},
+    "digits_cnn": {"B": 2},
+    "byte_lm": {"B": 2, "T": 8},
 }
 
 

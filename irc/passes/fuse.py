@@ -7,6 +7,7 @@ intermediate value has no other reader, and replaces the pattern with one fused 
 
 from __future__ import annotations
 
+import irc.ops.fused_conv  # noqa: F401  (registers conv2d_bn)
 import irc.ops.primitives  # noqa: F401  (registers the fused ops)
 from irc.graph import Graph, Node
 from irc.passes.registry import register_pass
@@ -163,6 +164,78 @@ def fuse_qkv_rule(ctx: Context, node: Node) -> Rewrite | None:
     return Rewrite([fused], remove=siblings[:2])
 
 
+# -- convolution + inference BatchNorm (+ residual add) (+ ReLU) ---------------------------------------
+#
+# Three small rules compose the chain as the rewrite engine visits it in graph order: batchnorm(conv2d)
+# first becomes conv2d_bn (act=none); a later round absorbs the residual add and then the ReLU into it.
+
+
+def _param(ctx: Context, like: Node, name: str, shape: tuple, init: str | None = None) -> Node:
+    """A ``param`` node for ``<like.weights>.<name>`` (the key the unfused layer reads); ``init`` when the
+    param's default rule (by name and rank) is not the layer's."""
+    from irc.passes.decompose import _value_name
+
+    return ctx.node("param", [], {"name": name, "shape": list(shape), "init": init}, like,
+                    name=_value_name(f"{like.weights}.{name}"), weights=like.weights)
+
+
+def fold_bn_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """batchnorm(conv2d(x)) (inference, conv without bias, BN over channels) → conv2d_bn: the statistics
+    fold into the convolution's weights and bias at load."""
+    from irc.ops import get_op
+    from irc.runtime.init import feeds_relu
+
+    if node.op != "batchnorm" or node.attrs.get("train") or node.attrs["axis"] % ctx.types[node.inputs[0]].rank != 1:
+        return None
+    conv = ctx.prod(node.inputs[0], "conv2d")
+    if conv is None or conv.attrs["bias"] or not ctx.only_user(node.inputs[0], node) or conv.weights is None:
+        return None
+    if node.weights is None or ctx.types[conv.inputs[0]].rank != 4:
+        return None
+    w_shape = get_op("conv2d").param_shapes(conv.attrs, [ctx.types[conv.inputs[0]]])["weight"]
+    out = conv.attrs["out"]
+    # the weight keeps the rule it had in the unfused graph (He when the chain feeds a rectifier)
+    w = _param(ctx, conv, "weight", w_shape, "he" if feeds_relu(ctx.graph, conv, ctx.users) else "xavier")
+    # a vector param starts as zeros, a gain or running variance as ones: BatchNorm's own rules
+    stats = [_param(ctx, node, name, (out,)) for name in ("gain", "bias", "running_mean", "running_var")]
+    attrs = {k: conv.attrs[k] for k in ("out", "kernel", "stride", "padding", "dilation", "groups")}
+    attrs.update(eps=node.attrs["eps"], act="none")
+    fused = ctx.node("conv2d_bn", [conv.inputs[0], w.outputs[0]] + [s.outputs[0] for s in stats], attrs, conv,
+                     names=list(node.outputs))
+    return Rewrite([w, *stats, fused])
+
+
+def _open_conv_bn(ctx: Context, value: str, reader: Node) -> Node | None:
+    """The conv2d_bn making ``value`` when it has no residual and no activation yet and ``reader`` is its
+    only reader."""
+    p = ctx.prod(value, "conv2d_bn")
+    if p is None or len(p.inputs) > 6 or p.attrs["act"] != "none" or not ctx.only_user(value, reader):
+        return None
+    return p
+
+
+def fuse_conv_add_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """conv2d_bn(x) + r → conv2d_bn(x, res=r): the residual add runs in the convolution's epilogue."""
+    if node.op != "add" or len(node.inputs) != 2 or node.attrs["scalar"] is not None:
+        return None
+    for mine, other in (node.inputs, node.inputs[::-1]):
+        p = _open_conv_bn(ctx, mine, node)
+        if p is not None and ctx.types[other] == ctx.types[mine] == ctx.types[node.outputs[0]]:
+            return Rewrite([ctx.node("conv2d_bn", list(p.inputs) + [other], dict(p.attrs), p,
+                                     names=list(node.outputs))])
+    return None
+
+
+def fuse_conv_relu_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """relu(conv2d_bn(...)) → conv2d_bn{act=relu}."""
+    if node.op != "relu":
+        return None
+    p = ctx.prod(node.inputs[0], "conv2d_bn")
+    if p is None or p.attrs["act"] != "none" or not ctx.only_user(node.inputs[0], node):
+        return None
+    return Rewrite([ctx.node("conv2d_bn", list(p.inputs), {**p.attrs, "act": "relu"}, p, names=list(node.outputs))])
+
+
 FUSIONS = {
     "fuse-attention": ([fuse_attention_rule], "Q·Kᵀ → scale → causal mask → softmax → ·V into one sdpa"),
     "fuse-add-norm": ([fuse_add_norm_rule], "residual add + LayerNorm/RMSNorm into one pass yielding both"),
@@ -172,11 +245,19 @@ FUSIONS = {
 }
 
 
+# The CPU pipeline's convolution fusion, not part of ``fuse``: the CUDA backend renders fuse's graph and has
+# no conv2d_bn kernel. The CPU pipeline is ``fuse,fold-bn`` (the benchmarks; ``--passes fuse,fold-bn``).
+CPU_FUSIONS = {
+    "fold-bn": ([fold_bn_rule, fuse_conv_add_rule, fuse_conv_relu_rule],
+                "inference BatchNorm folded into the preceding conv2d (+ residual add, + ReLU) as one conv2d_bn"),
+}
+
+
 def _make(rules):
     return lambda graph: apply_rules(graph, rules)
 
 
-for _name, (_rules, _doc) in FUSIONS.items():
+for _name, (_rules, _doc) in {**FUSIONS, **CPU_FUSIONS}.items():
     register_pass(_name, _doc)(_make(_rules))
 
 

@@ -3,7 +3,7 @@
 stdout carries the results (output shapes and statistics, the check, the profile);
 stderr carries notes and progress. Exit 1 when ``--check`` finds the backend off.
 
-The cpu backend runs the fused graph: the ``fuse`` pass runs before code generation unless
+The cpu backend runs the fused graph: the ``fuse`` and ``fold-bn`` passes run before code generation unless
 ``--no-fuse`` is given, and ``--passes a,b`` runs exactly those passes instead (the cuda
 backend fuses in its own emitter). ``--check`` compares with the NumPy reference on the graph as written, so the
 passes are checked along with the kernels.
@@ -135,8 +135,8 @@ class CompileProgress:
 
 
 def backend_passes(args: argparse.Namespace) -> list[str]:
-    """The passes to run before the backend: ``--passes``, else ``fuse`` for generated backends
-    unless ``--no-fuse``."""
+    """The passes to run before the backend: ``--passes``, else ``fuse`` and ``fold-bn`` (BatchNorm folded
+    into the convolution before it) for the CPU backend unless ``--no-fuse``."""
     given = getattr(args, "passes", None)
     no_fuse = bool(getattr(args, "no_fuse", False))
     if given is not None:
@@ -145,7 +145,7 @@ def backend_passes(args: argparse.Namespace) -> list[str]:
         return [p.strip() for p in given.split(",") if p.strip()]
     if no_fuse or args.backend not in FUSING_BACKENDS:
         return []
-    return ["fuse"]
+    return ["fuse", "fold-bn"]
 
 
 def _compile(graph: Graph, backend_name: str):

@@ -1,10 +1,16 @@
-"""Convolution (im2col + BLAS per image and group) and pooling; 1-D runs as 2-D with H = 1."""
+"""Convolutions (grouped: im2col + BLAS per image and group; otherwise conv_gemm.py or Winograd), conv2d_bn
+(BatchNorm folded at load) and pooling; 1-D runs as 2-D with H = 1."""
 
 from __future__ import annotations
 
+from math import prod
+
+import irc.ops.fused_conv  # noqa: F401  (registers conv2d_bn, which the renderer table names)
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
+from irc.backends.cpu.render import winograd
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.cpu.render.conv_gemm import conv_gemm_kernel
 from irc.backends.cpu.render.gemm import THREADS
 
 JIT = jit()
@@ -84,25 +90,108 @@ def _spatial(nd: int, values: tuple[int, ...], one: int) -> tuple[int, int]:
     return (values[0], values[1]) if nd == 2 else (one, values[0])
 
 
-def render_conv(ctx: NodeCtx) -> None:
-    nd = 2 if ctx.node.op == "conv2d" else 1
+def _geometry(ctx: NodeCtx, nd: int) -> tuple[int, ...]:
+    """(kh, kw, sh, sw, ph, pw, dh, dw) of a conv node; 1-D is 2-D with H = 1."""
     kernel = _pair(ctx.attr("kernel"), nd)
     stride = _pair(ctx.attr("stride", 1), nd)
     dilation = _pair(ctx.attr("dilation", 1), nd)
     pads = _pads(ctx.attr("padding", 0), kernel, dilation, nd)
+    return (*_spatial(nd, kernel, 1), *_spatial(nd, stride, 1), *_spatial(nd, pads, 0), *_spatial(nd, dilation, 1))
+
+
+def _gemm_conv_call(ctx: NodeCtx, nd: int, w2: str, b: str, res: str | None, act_name: str) -> None:
+    """The call of k_conv2d_<act> on [B, C, H, W] views: ``w2`` is the weight as [out, in·kh·kw]."""
+    kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, nd)
+    k = conv_gemm_kernel(ctx, act_name)
+    out_shape = ctx.out_shape()
+    out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None else ())
+    rows = f"{out_shape[0]}, {out_shape[1]}, {prod(out_shape[2:])}"
+    res3 = f"{res}.reshape({rows})" if res is not None else f"{out}.reshape({rows})"  # unread when has_res=0
+    ctx.emit(f"{k}({_as_4d(ctx.args[0], ctx.in_shape(), nd)}, {w2}, {b}, {res3}, {_as_4d(out, out_shape, nd)}, "
+             f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, kh={kh}, kw={kw}, "
+             f"has_res={0 if res is None else 1}, parts={THREADS})")
+
+
+def _winograd(ctx: NodeCtx) -> bool:
+    kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, 2)
+    return winograd.applies((kh, kw), (sh, sw), (dh, dw), int(ctx.attr("groups", 1)))
+
+
+def render_conv(ctx: NodeCtx) -> None:
+    nd = 2 if ctx.node.op == "conv2d" else 1
     groups = int(ctx.attr("groups", 1))
     w_shape = ctx.weight_shape("weight")
+    bias = ctx.weight_or_zeros("bias", w_shape[0])
+    if nd == 2 and _winograd(ctx):
+        u = winograd.filter_weight(ctx, ctx.weight_key("weight"), ctx.weight("weight"), w_shape[0], w_shape[1])
+        winograd.winograd_call(ctx, u, bias, None, "none", *_geometry(ctx, 2)[4:6])
+        return
+    if groups == 1:
+        w2 = f"{ctx.weight('weight')}.reshape({w_shape[0]}, {prod(w_shape[1:])})"
+        _gemm_conv_call(ctx, nd, w2, bias, None, "none")
+        return
+    kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, nd)
     k = ctx.kernel(CONV2D_KERNEL)
     out = ctx.alloc()
     w = ctx.weight("weight")
     if nd == 1:
         w = f"{w}.reshape({w_shape[0]}, {w_shape[1]}, 1, {w_shape[2]})"
-    sh, sw = _spatial(nd, stride, 1)
-    ph, pw = _spatial(nd, pads, 0)
-    dh, dw = _spatial(nd, dilation, 1)
-    ctx.emit(f"{k}({_as_4d(ctx.args[0], ctx.in_shape(), nd)}, {w}, "
-             f"{ctx.weight_or_zeros('bias', w_shape[0])}, {_as_4d(out, ctx.out_shape(), nd)}, "
+    ctx.emit(f"{k}({_as_4d(ctx.args[0], ctx.in_shape(), nd)}, {w}, {bias}, {_as_4d(out, ctx.out_shape(), nd)}, "
              f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={groups}, parts={THREADS})")
+
+
+# BatchNorm's statistics folded into the convolution, in float64, once per weights dict (or on every run
+# when an operand is computed, not a weight): s = gain / sqrt(var + eps), w' = w·s, b' = bias − mean·s
+BN_FOLD_WEIGHT = '''\
+def bn_fold_weight(w, gain, var, eps):
+    """The convolution's weight [out, ...] scaled by its channel's BatchNorm factor, as [out, in·kh·kw]."""
+    s = gain.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    return np.ascontiguousarray((w.reshape(w.shape[0], -1) * s[:, None]).astype(np.float32))
+'''
+BN_FOLD_BIAS = '''\
+def bn_fold_bias(gain, bias, mean, var, eps):
+    """The BatchNorm's shift once its scale is in the weights: bias − mean·s."""
+    s = gain.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    return np.ascontiguousarray((bias - mean * s).astype(np.float32))
+'''
+
+
+def render_conv_bn(ctx: NodeCtx) -> None:
+    """conv2d_bn: the folded weight and bias, then one convolution with bias, residual and activation as its
+    epilogue (grouped convolutions run the grouped kernel and their epilogue in the driver)."""
+    ctx.helper("bn_fold_weight", BN_FOLD_WEIGHT)
+    ctx.helper("bn_fold_bias", BN_FOLD_BIAS)
+    eps = repr(float(ctx.attr("eps")))
+    keys = [ctx.param_key(i) for i in range(1, 6)]
+    weights = all(k is not None for k in keys)
+    w, g, b, m, v = (ctx.weight("", key=k) for k in keys) if weights else ctx.args[1:6]
+    tag = ",".join(keys) + f",{eps}" if weights else ""
+    w2_expr = f"bn_fold_weight({w}, {g}, {v}, {eps})"
+    b2 = f"bn_fold_bias({g}, {b}, {m}, {v}, {eps})"
+    if weights:
+        b2 = ctx.derive(f"~bn_fold_bias({tag})", b2)
+    res = ctx.args[6] if len(ctx.args) > 6 else None
+    co, ci = ctx.in_shape(1)[:2]
+    if _winograd(ctx):
+        u = (winograd.filter_weight(ctx, f"bn_fold_weight({tag})", w2_expr, co, ci) if weights
+             else f"winograd_filter({w2_expr}, {co}, {ci})")
+        ctx.helper("winograd_filter", winograd.FILTER)
+        winograd.winograd_call(ctx, u, b2, res, ctx.attr("act"), *_geometry(ctx, 2)[4:6])
+        return
+    w2 = ctx.derive(f"~bn_fold_weight({tag})", w2_expr) if weights else w2_expr
+    if int(ctx.attr("groups")) == 1:
+        _gemm_conv_call(ctx, 2, w2, b2, res, ctx.attr("act"))
+        return
+    kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, 2)
+    k = ctx.kernel(CONV2D_KERNEL)
+    out = ctx.alloc()
+    ws = ctx.in_shape(1)
+    ctx.emit(f"{k}({ctx.args[0]}, {w2}.reshape({', '.join(map(str, ws))}), {b2}, {out}, sh={sh}, sw={sw}, "
+             f"ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={ctx.attr('groups')}, parts={THREADS})")
+    if res is not None:
+        ctx.emit(f"np.add({out}, {res}, out={out})")
+    if ctx.attr("act") == "relu":
+        ctx.emit(f"np.maximum({out}, np.float32(0.0), out={out})")
 
 
 # pooling and upsampling (resample.py) kernels: one (sample, channel) plane per task, then its output rows
@@ -118,19 +207,39 @@ PLANES = """\
 MAXPOOL = """\
 {jit}
 def k_maxpool2d(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
-{planes}\
+    # per output row: first the maximum over the window's input rows, element by element along the whole
+    # input row (contiguous: it vectorises), then over each output's kw taps of that row; padding counts
+    # as -inf, a NaN wins (v > m or v != v keeps the first NaN)
+    nb, nc, hi, wi = x.shape
+    ho, wo = out.shape[2], out.shape[3]
+    for bc in prange(nb * nc):
+        n = bc // nc
+        c = bc % nc
+        src = x[n, c]
+        dst = out[n, c]
+        rowmax = np.empty(wi, np.float32)
+        for oi in range(ho):
+            for j in range(wi):
+                rowmax[j] = np.float32(-np.inf)
+            for ki in range(kh):
+                ii = oi * sh - ph + ki * dh
+                if 0 <= ii < hi:
+                    line = src[ii]
+                    for j in range(wi):
+                        v = line[j]
+                        m = rowmax[j]
+                        rowmax[j] = v if (v > m or v != v) else m
+            row = dst[oi]
             for oj in range(wo):
-                m = np.float32(-np.inf)  # padding counts as -inf
-                for ki in range(kh):
-                    ii = oi * sh - ph + ki * dh
-                    if 0 <= ii < hi:
-                        for kj in range(kw):
-                            jj = oj * sw - pw + kj * dw
-                            if 0 <= jj < wi:
-                                v = x[n, c, ii, jj]
-                                if v > m or v != v:
-                                    m = v
-                out[n, c, oi, oj] = m
+                row[oj] = np.float32(-np.inf)
+            for kj in range(kw):
+                off = kj * dw - pw
+                lo = 0 if off >= 0 else (sw - 1 - off) // sw
+                top = min(wo, (wi - 1 - off) // sw + 1) if wi - 1 - off >= 0 else 0
+                for oj in range(lo, top):
+                    v = rowmax[oj * sw + off]
+                    m = row[oj]
+                    row[oj] = v if (v > m or v != v) else m
 """
 
 AVGPOOL = """\
@@ -167,7 +276,7 @@ def render_pool(ctx: NodeCtx) -> None:
     x4, o4 = _as_4d(ctx.args[0], ctx.in_shape(), nd), _as_4d(out, ctx.out_shape(), nd)
     if op.startswith("max"):
         dh, dw = _spatial(nd, _pair(ctx.attr("dilation", 1), nd), 1)
-        k = ctx.kernel(Kernel("k_maxpool2d", MAXPOOL.format(jit=JIT, planes=PLANES), (A4, A4) + (I64,) * 8))
+        k = ctx.kernel(Kernel("k_maxpool2d", MAXPOOL.format(jit=JIT), (A4, A4) + (I64,) * 8))
         ctx.emit(f"{k}({x4}, {o4}, kh={kh}, kw={kw}, sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw})")
     else:
         include = 1 if ctx.attr("count_include_pad", True) else 0
@@ -285,6 +394,7 @@ def render_conv_transpose(ctx: NodeCtx) -> None:
 RENDERERS = {
     "conv1d": render_conv,
     "conv2d": render_conv,
+    "conv2d_bn": render_conv_bn,
     "conv_transpose1d": render_conv_transpose,
     "conv_transpose2d": render_conv_transpose,
     "maxpool1d": render_pool,

@@ -17,11 +17,13 @@ JIT = jit()
 # the thread count is an argument: numba cannot cache a kernel that calls get_num_threads()
 THREADS = "get_num_threads()"
 
-# by rows when each thread gets at least 32 of them (or the product is too narrow to split
-# its columns: under 64 per thread), else by columns
+# Each block's BLAS call packs the whole of the operand it does not split: by rows, every thread packs all
+# of the weight (n·k), by columns all of x (m·k). So by rows only when x has at least as many rows as the
+# weight (and each thread gets 32 of them), or the product is too narrow to split its columns (under 64
+# per thread): GPT-2's projections at T = 64 split the weight, each thread packing half of it once.
 SPLIT = """\
     m, n = out.shape
-    by_rows = m >= 32 * parts or n < 64 * parts
+    by_rows = n < 64 * parts or (m >= 32 * parts and m >= n)
 """
 
 # the blocks of rows [r0, r1) of m, or of columns [c0, c1) of n, one per task
@@ -115,7 +117,7 @@ def {name}(x, w, {', '.join(outs)}, parts):
     m = x.shape[0]
     n = w.shape[0]
 {widths}
-    if m >= 32 * parts or n < 64 * parts:
+    if n < 64 * parts or (m >= 32 * parts and m >= n):  # as SPLIT
 {ROW_BLOCKS}\
                 t = np.dot(x[r0:r1], w.T)
                 for r in range(r1 - r0):

@@ -1,5 +1,6 @@
-"""RNN, LSTM and both GRUs: one BLAS matmul for every input step, one per time step for h
-(the LSTM's input product split over threads, its recurrence on one).
+"""RNN, LSTM and both GRUs: one BLAS matmul for every input step, one per time step for h.
+The LSTM splits both over the threads: the input product by rows, each step's [4h, h] product by
+blocks of units, each thread finishing its units' gates, cell and h while its product is in cache.
 
 Gate rows follow PyTorch (LSTM i, f, g, o; GRU r, z, n). The chapter's GRU applies the
 reset gate to h before the hidden matmul; the torch variant applies it after.
@@ -16,10 +17,6 @@ from irc.ops.recurrent import directions, layer_suffix, num_layers, torch_layout
 
 JIT = jit()
 SERIAL = jit(parallel=False)  # step loops whose matmuls are whole (BLAS single-threaded meanwhile)
-
-# gate rows [4, h, ...] reordered unit by unit: row 4u + gate
-BY_UNIT = "np.ascontiguousarray({w}.reshape(4, {h}, -1).transpose(1, 0, 2).reshape({rows}, -1))"
-BY_UNIT_BIAS = "np.ascontiguousarray({w}.reshape(4, {h}).T.reshape(-1))"
 
 # shared by the kernels below: the final state copied out (ending inside the loop, so the
 # LSTM adds its cell's line), and (but for the LSTM) every step's input product as one
@@ -56,17 +53,28 @@ def {name}(x, wih, whh, b, seq, h_last):
 {h_last}\
 """
 
+# The LSTM's gate rows are regrouped once per weights dict (``gates_blocked``) into blocks of UNITS
+# units: block b holds, for units [16b, 16b + w), the w rows of gate i, then f, g, o. A thread owning
+# whole blocks then owns one contiguous run of rows (its share of W_hh, read once per step), and each
+# gate of a block is a contiguous run of w values, so the gate loop vectorises.
+#
+# A step on the threads is one parallel loop, which waits for its slowest thread: on a machine other
+# programs keep busy that wait is a scheduler's time slice (milliseconds, for a step of ~0.1 ms), and for
+# small products the hand-off alone costs more than the split saves. So the kernel times its steps (the
+# CPU's cycle counter), keeps a moving average of each way's cost, runs each step the cheaper way and
+# every 16th step the other way. Both ways give the same bits (each unit's product is one row block's).
+UNITS = 16
 LSTM = """\
 {jit}
-def k_lstm(x, wih, whh, b, seq, h_last, c_last, parts):
-    # wih, whh, b hold the gate rows unit by unit (row 4u + gate, gates i, f, g, o), so the
-    # four gates of a unit sit side by side in each product's row
+def k_lstm(x, wih, whh, b, seq, h_last, c_last, width, parts):
+    # every step's input product as one matmul (split by rows), then the recurrence: per step, each
+    # thread multiplies its blocks' rows of W_hh by h and finishes its units (gates, cell, h) at once
     nb, nt, nd = x.shape
     nh = whh.shape[1]
     rows = nb * nt
     xw = np.empty((rows, 4 * nh), np.float32)
     x2 = x.reshape(rows, nd)
-    for c in prange(parts):  # every step's input product at once, split by rows
+    for c in prange(parts):
         r0 = c * rows // parts
         r1 = (c + 1) * rows // parts
         if r1 > r0:
@@ -75,29 +83,89 @@ def k_lstm(x, wih, whh, b, seq, h_last, c_last, parts):
             for i in range(r1 - r0):
                 for j in range(4 * nh):
                     o[i, j] += b[j]
-    # the recurrence stays on one thread: a step is one small product (~0.1 ms), and a
-    # parallel loop per step waits for its slowest thread every step (on a busy machine,
-    # a scheduler quantum each time)
-    h = np.zeros((nb, nh), np.float32)
+    nblk = (nh + width - 1) // width
+    parts = max(1, min(parts, nblk))
+    hs = np.zeros((2, nb, nh), np.float32)  # h of the previous step and of this one, by turns
     cell = np.zeros((nb, nh), np.float32)
-    hw = np.empty((nb, 4 * nh), np.float32)
+    scratch = np.empty((parts, nb * 4 * ((nblk + parts - 1) // parts) * width), np.float32)
+    whole = np.empty(nb * 4 * nh, np.float32)
+    # recent cost of a step on the threads and on one thread (cycles, moving averages): each step runs the
+    # cheaper way, and every 16th step the other way, so a change in either (a busy machine) is seen
+    cost_par = np.float64(0.0)
+    cost_one = np.float64(0.0)
     for t in range(nt):
-        np.dot(h, whh.T, hw)
-        for n in range(nb):
-            p = n * nt + t
-            for u in range(nh):
-                gi = xw[p, 4 * u] + hw[n, 4 * u]
-                gf = xw[p, 4 * u + 1] + hw[n, 4 * u + 1]
-                gg = xw[p, 4 * u + 2] + hw[n, 4 * u + 2]
-                go = xw[p, 4 * u + 3] + hw[n, 4 * u + 3]
-                cv = {sig_f} * cell[n, u] + {sig_i} * {tanh_g}
-                cell[n, u] = cv
-                hv = {sig_o} * {tanh_c}
-                h[n, u] = hv
-                seq[n, t, u] = hv
+        hp = hs[t % 2]
+        hn = hs[(t + 1) % 2]
+        threads = parts > 1 and (t == 0 or (t > 1 and (cost_par <= cost_one) != (t % 16 == 0)))
+        start = cycles()
+        if threads:
+            for c in prange(parts):
+                u0 = min(nh, (c * nblk // parts) * width)
+                u1 = min(nh, ((c + 1) * nblk // parts) * width)
+                if u1 > u0:
+                    lstm_units(xw, whh, hp, hn, cell, seq, scratch[c], t, u0, u1, width)
+        else:
+            lstm_units(xw, whh, hp, hn, cell, seq, whole, t, 0, nh, width)
+        took = np.float64(cycles() - start)
+        if threads:
+            cost_par = took if t == 0 else 0.75 * cost_par + 0.25 * took
+        else:
+            cost_one = took if t == 1 else 0.75 * cost_one + 0.25 * took
+    h = hs[nt % 2]
 {h_last}\
             c_last[n, j] = cell[n, j]
 """
+
+LSTM_UNITS = """\
+{jit}
+def lstm_units(xw, whh, hp, hn, cell, seq, buf, t, u0, u1, width):
+    \"\"\"One step of units [u0, u1) (whole blocks): their rows of W_hh times h, then gates, cell and h.\"\"\"
+    nb, nh = hp.shape
+    nt = seq.shape[1]
+    hw = buf[:nb * 4 * (u1 - u0)].reshape(nb, 4 * (u1 - u0))
+    np.dot(hp, whh[4 * u0:4 * u1].T, hw)
+    for n in range(nb):
+        p = n * nt + t
+        for ub in range(u0, u1, width):
+            w = min(width, nh - ub)
+            gx = 4 * ub  # this block's first column of xw
+            gh = 4 * (ub - u0)  # and of hw
+            for j in range(w):
+                gi = xw[p, gx + j] + hw[n, gh + j]
+                gf = xw[p, gx + w + j] + hw[n, gh + w + j]
+                gg = xw[p, gx + 2 * w + j] + hw[n, gh + 2 * w + j]
+                go = xw[p, gx + 3 * w + j] + hw[n, gh + 3 * w + j]
+                cv = {sig_f} * cell[n, ub + j] + {sig_i} * {tanh_g}
+                cell[n, ub + j] = cv
+                hv = {sig_o} * {tanh_c}
+                hn[n, ub + j] = hv
+                seq[n, t, ub + j] = hv
+"""
+
+CYCLES = '''\
+@intrinsic
+def cycles(typingctx):
+    """The CPU's cycle counter (llvm.readcyclecounter), to time a parallel step."""
+    def codegen(context, builder, signature, args):
+        fn = builder.module.globals.get("llvm.readcyclecounter")
+        if fn is None:
+            fn = llvm_ir.Function(builder.module, llvm_ir.FunctionType(llvm_ir.IntType(64), []),
+                                  "llvm.readcyclecounter")
+        return builder.call(fn, [])
+    return numba_types.int64(), codegen
+'''
+
+# gate rows [4h, ...] (gates i, f, g, o) regrouped into blocks of ``width`` units, gate-major inside a block
+GATES_BLOCKED = '''\
+def gates_blocked(w, h, width):
+    """Rows of the gate-stacked ``w`` [4h, ...] in k_lstm's order: block by block of ``width`` units, each
+    block's rows of gate i, then f, g and o."""
+    order = []
+    for u0 in range(0, h, width):
+        for g in range(4):
+            order.extend(range(g * h + u0, g * h + min(h, u0 + width)))
+    return np.ascontiguousarray(w[np.array(order)])
+'''
 
 GRU_CHAPTER = """\
 {jit}
@@ -155,16 +223,25 @@ def render_rnn(ctx: NodeCtx) -> None:
              f"{ctx.weight_or_zeros('bias', g)}, {seq}, {h})")
 
 
+def _blocked(ctx: NodeCtx, key: str, expr: str, nh: int) -> str:
+    """``expr`` (gate-stacked rows of the weight ``key``) in k_lstm's order, once per weights dict."""
+    ctx.helper("gates_blocked", GATES_BLOCKED)
+    return ctx.derive(f"~gates_blocked({key},{UNITS})", f"gates_blocked({expr}, {nh}, {UNITS})")
+
+
 def _by_unit(ctx: NodeCtx, name: str, nh: int) -> str:
-    rows = ctx.weight_shape(name)[0]
-    expr = BY_UNIT.format(w=ctx.weight(name), h=nh, rows=rows)
-    return ctx.derive(f"~gates_by_unit({ctx.weight_key(name)})", expr)
+    return _blocked(ctx, ctx.weight_key(name), ctx.weight(name), nh)
 
 
 def _lstm_kernel(ctx: NodeCtx) -> str:
-    src = LSTM.format(jit=JIT, h_last=H_LAST, sig_i=sigmoid(ctx.parts, "gi"), sig_f=sigmoid(ctx.parts, "gf"),
-                      sig_o=sigmoid(ctx.parts, "go"), tanh_g=tanh(ctx.parts, "gg"), tanh_c=tanh(ctx.parts, "cv"))
-    return ctx.kernel(Kernel("k_lstm", src, (A3, A2, A2, A1, A3, A2, A2, I64)))
+    from irc.backends.cpu.render.mathfns import DEVICE_JIT
+
+    units = LSTM_UNITS.format(jit=DEVICE_JIT, sig_i=sigmoid(ctx.parts, "gi"), sig_f=sigmoid(ctx.parts, "gf"),
+                              sig_o=sigmoid(ctx.parts, "go"), tanh_g=tanh(ctx.parts, "gg"),
+                              tanh_c=tanh(ctx.parts, "cv"))
+    ctx.parts.device("lstm_units", units)
+    ctx.parts.device("cycles", CYCLES)
+    return ctx.kernel(Kernel("k_lstm", LSTM.format(jit=JIT, h_last=H_LAST), (A3, A2, A2, A1, A3, A2, A2, I64, I64)))
 
 
 def render_lstm(ctx: NodeCtx) -> None:
@@ -173,13 +250,9 @@ def render_lstm(ctx: NodeCtx) -> None:
     k = _lstm_kernel(ctx)
     seq, h, c = ctx.alloc(0), ctx.alloc(1), ctx.alloc(2)
     g, nh = ctx.weight_shape("weight_hh")
-    if ctx.has_weight("bias"):
-        bias = ctx.derive(f"~gates_by_unit({ctx.weight_key('bias')})",
-                          BY_UNIT_BIAS.format(w=ctx.weight("bias"), h=nh))
-    else:
-        bias = f"np.zeros({g}, np.float32)"
+    bias = _by_unit(ctx, "bias", nh) if ctx.has_weight("bias") else f"np.zeros({g}, np.float32)"
     ctx.emit(f"{k}({ctx.args[0]}, {_by_unit(ctx, 'weight_ih', nh)}, {_by_unit(ctx, 'weight_hh', nh)}, "
-             f"{bias}, {seq}, {h}, {c}, {THREADS})")
+             f"{bias}, {seq}, {h}, {c}, width={UNITS}, parts={THREADS})")
 
 
 def _gru_torch_kernel(ctx: NodeCtx) -> str:
@@ -236,13 +309,9 @@ def _pass_call(ctx: NodeCtx, kernel: str, sfx: str, x: str, seq: str, states: li
     if op == "rnn":
         b = ctx.derive(*_summed_bias(ctx, sfx)) if has_bias else f"np.zeros({g}, np.float32)"
         return f"{kernel}({x}, {wih}, {whh}, {b}, {seq}, {states[0]})"
-    if has_bias:
-        key, expr = _summed_bias(ctx, sfx)
-        b = ctx.derive(f"~gates_by_unit({key})", BY_UNIT_BIAS.format(w=expr, h=nh))
-    else:
-        b = f"np.zeros({g}, np.float32)"
+    b = _blocked(ctx, *_summed_bias(ctx, sfx), nh) if has_bias else f"np.zeros({g}, np.float32)"
     return (f"{kernel}({x}, {_by_unit(ctx, 'weight_ih' + sfx, nh)}, {_by_unit(ctx, 'weight_hh' + sfx, nh)}, "
-            f"{b}, {seq}, {states[0]}, {states[1]}, {THREADS})")
+            f"{b}, {seq}, {states[0]}, {states[1]}, width={UNITS}, parts={THREADS})")
 
 
 def render_stacked(ctx: NodeCtx) -> None:

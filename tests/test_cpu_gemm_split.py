@@ -1,0 +1,41 @@
+"""The cpu backend's gemm kernel split both ways over 1 to 5 parts, against NumPy (float64): by rows when x has
+at least as many rows as the weight (or the product is too narrow to split its columns), else by columns
+(each thread packing its share of the weight once)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_cpu_backend_helpers import assert_matches, cpu_cache
+
+from irc.backends.cpu import compile_graph
+from irc.ir_parser import parse_ir
+from irc.passes import PASSES
+
+_ = cpu_cache
+
+GEMM = """graph @g() {{
+  %x = input : f32[{m},{k}]
+  %w = param {{name=weight, shape=[{n}, {k}]}} : f32[{n},{k}] scope("fc")
+  %b = param {{name=bias, shape=[{n}]}} : f32[{n}] scope("fc")
+  %y = gemm %x, %w, %b {{act=relu}} : f32[{m},{n}]
+  output y = %y
+}}
+"""
+
+
+# (m, n, k): rows (m >= n), columns (m < n), rows because too narrow to split (n < 64 per part)
+@pytest.mark.parametrize("shape", [(300, 200, 17), (70, 430, 19), (9, 100, 23)])
+def test_gemm_every_split_matches_numpy(shape, cpu_cache):
+    m, n, k = shape
+    graph = PASSES["shape-infer"](parse_ir(GEMM.format(m=m, n=n, k=k)))
+    module = compile_graph(graph, cache_dir=cpu_cache).module
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    want = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + b, 0)
+    for parts in range(1, 6):
+        out = np.full((m, n), np.nan, np.float32)
+        module.k_gemm_relu(x, w, b, out, parts)
+        assert_matches({"y": out}, {"y": want})

@@ -1,0 +1,42 @@
+"""The cpu backend's LSTM against the NumPy reference (float64): every step's input product as one
+matmul, then per step each thread's blocks of units (their rows of W_hh in one product, then gates,
+cell and h). Hidden sizes that are not a multiple of the 16-unit block (a short last block) and
+smaller than one block; the kernel called directly with more threads than blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_cpu_backend_helpers import assert_matches, build, cpu_cache, random_inputs, random_weights, reference
+
+from irc.backends.cpu import compile_graph
+
+_ = cpu_cache
+
+LSTM = """
+model lstm_case(B, T) {{
+  input x: f32[B, T, 6]
+  seq, h, c = lstm(x, {hidden})
+  output y_seq = seq
+  output y_h = h
+  output y_c = c
+}}
+"""
+
+
+@pytest.mark.parametrize("hidden", [37, 5])
+def test_lstm_matches_reference_for_every_thread_split(hidden, cpu_cache):
+    graph = build(LSTM.format(hidden=hidden), B=3, T=9)
+    w, x = random_weights(graph), random_inputs(graph)
+    want = reference(graph, w, x)
+    compiled = compile_graph(graph, cache_dir=cpu_cache)
+    assert_matches(compiled.run(w, x), want)
+    module = compiled.module
+    derived = {**w, **module.derive(w)}
+    names = [k for k in module.DERIVED]  # weight_ih, weight_hh, bias in k_lstm's block order
+    wih, whh, b = (derived[next(k for k in names if part in k)] for part in ("weight_ih", "weight_hh", "bias"))
+    for parts in range(1, 6):
+        seq = np.full((3, 9, hidden), np.nan, np.float32)
+        h, c = np.full((3, hidden), np.nan, np.float32), np.full((3, hidden), np.nan, np.float32)
+        module.k_lstm(x["x"], wih, whh, b, seq, h, c, 16, parts)
+        assert_matches({"y_seq": seq, "y_h": h, "y_c": c}, want)
