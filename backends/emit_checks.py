@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
+from irc.backends.export_reasons import TRAINING_MODE_REASON, training_mode
 from irc.diagnostics import IrcError
 from irc.graph import Graph, Node
 
@@ -31,6 +32,8 @@ def renderer(renderers: Mapping[str, R], op: str, node: Node, backend: str) -> R
     render = renderers.get(op)
     if render is None:
         raise IrcError(f"{backend} backend: no kernel for op '{node.op}'", node.loc)
+    if training_mode(node) and not getattr(render, "trains", False):  # a renderer says it computes batch statistics
+        raise IrcError(f"{backend} backend: '{node.op}' {TRAINING_MODE_REASON}", node.loc)
     return render
 
 

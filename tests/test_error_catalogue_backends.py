@@ -299,6 +299,22 @@ def _emit_without_a_kernel(mp: pytest.MonkeyPatch) -> None:
     emit_source(_graph(), "numba")
 
 
+BN_TRAIN = """model m() {
+  input x: f32[2, 3, 4, 4]
+  y, m, v = batchnorm(x, train=true)
+  output out = y
+}
+"""
+
+
+def _emit_training_mode(mp: pytest.MonkeyPatch) -> None:
+    """BatchNorm with batch statistics is a training step's forward: a backend without a renderer for it (CUDA;
+    the CPU backend's batchnorm runs it, for irc train --backend cpu) refuses it."""
+    from irc.backends import emit_source
+
+    emit_source(_graph(BN_TRAIN), "cuda")
+
+
 # -- the NumPy reference interpreter ------------------------------------------------------
 
 def _run_numpy(weights: dict[str, Any], inputs: dict[str, Any]) -> None:
@@ -345,15 +361,17 @@ def _numpy_without_an_op(mp: pytest.MonkeyPatch) -> None:
     _run_numpy(_weights(), _inputs())
 
 
-def _at(line: int, source: str, col: int) -> str:
-    """The quoted line and caret irc prints under a located message about MODEL at <input>."""
-    return f"\n  {line:>4} | {source}\n       | {' ' * (col - 1)}^"
+def _at(line: int, source: str, col: int, span: str) -> str:
+    """The quoted line and underline irc prints under a located message about MODEL at <input>:
+    '^' at ``col`` and '~' under the rest of ``span``, the text there (a name, or a call to its ')')."""
+    assert source[col - 1:].startswith(span)
+    return f"\n  {line:>4} | {source}\n       | {' ' * (col - 1)}^{'~' * (len(span) - 1)}"
 
 
-INPUT_IDS = _at(2, "  input ids: i32[2, 3]", 9)
-INPUT_X = _at(3, "  input x: f32[2, 4]", 9)
-EMBEDDING = _at(4, "  output e = embedding(ids, 10, 4)", 14)
-LINEAR = _at(5, "  output y = linear(x, 3)", 14)
+INPUT_IDS = _at(2, "  input ids: i32[2, 3]", 9, "ids")
+INPUT_X = _at(3, "  input x: f32[2, 4]", 9, "x")
+EMBEDDING = _at(4, "  output e = embedding(ids, 10, 4)", 14, "embedding(ids, 10, 4)")
+LINEAR = _at(5, "  output y = linear(x, 3)", 14, "linear(x, 3)")
 
 STAGED = [
     # a compiled model's checks (backends/common/compiled.py), the same in the cpu and cuda backends
@@ -412,6 +430,11 @@ STAGED = [
     Staged("emit_untyped", _emit_untyped,
            "<input>:4:14: error: cpu backend: 'embedding' has no type; run shape inference first"
            + EMBEDDING),
+    Staged("emit_training_mode", _emit_training_mode,
+           "<input>:3:13: error: cuda backend: 'batchnorm' with train=true normalises with the batch's own statistics "
+           "(a training step's forward, irc.ops.grad_train): export or compile the inference graph (leave train= "
+           "out), and train with irc train" + _at(3, "  y, m, v = batchnorm(x, train=true)", 13,
+                                                   "batchnorm(x, train=true)")),
     Staged("emit_without_a_kernel", _emit_without_a_kernel,
            "<input>:5:14: error: cpu backend: no kernel for op 'linear'" + LINEAR),
     # the NumPy reference (backends/numpy_ref)

@@ -15,7 +15,9 @@ import errno
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,6 +135,106 @@ def _emit_numba_unbound_by_api(mp: pytest.MonkeyPatch) -> None:
     emit_source(_graph(UNBOUND, {"D": 4}), "numba")
 
 
+# -- commands run as irc runs them, in a scratch folder -----------------------------------------------
+
+@contextmanager
+def _scratch(mp: pytest.MonkeyPatch, files: dict[str, str]) -> Iterator[None]:
+    """A fresh working directory holding ``files``, so the messages name short relative paths."""
+    with tempfile.TemporaryDirectory() as d:
+        mp.chdir(d)
+        for name, text in files.items():
+            Path(d, name).write_text(text, encoding="utf-8")
+        yield
+
+
+def _cli(argv: list[str]) -> None:
+    """A command as ``irc`` runs it (irc.cli.main, less its handling of the error)."""
+    from irc.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+@dataclass(frozen=True)
+class Commands:
+    """A stage that writes ``files`` into a fresh folder and runs ``argvs`` there, in order; the last fails
+    with exit status ``rc`` (test_command_cases_through_main runs them through irc.cli.main too)."""
+
+    files: dict[str, str]
+    argvs: tuple[tuple[str, ...], ...]
+    rc: int = 1
+
+    def __call__(self, mp: pytest.MonkeyPatch) -> None:
+        with _scratch(mp, self.files):
+            for argv in self.argvs:
+                _cli(list(argv))
+
+
+# -- irc generate on an encoder-decoder: its sources' padding mask (irc/passes/decode.py, source_mask) --
+
+def _encoder_decoder(encoder: str, cross: str = "  h = h + attention(h, memory, heads=2)\n") -> str:
+    """A model whose decoder (causal self-attention over ``tokens``) cross-attends to an encoder of ``source``."""
+    return ("model m(B, T, S) {\n  input tokens: i32[B, T]\n  input source: i32[B, S]\n" + encoder +
+            "  x = embedding(tokens, 50, 16)\n  h = x + attention(x, heads=2, causal=true)\n" + cross +
+            "  output logits = unembed(h, 50)\n}\n")
+
+
+# a GRU encoder: a padded source position changes the states of the real ones after it
+RNN_ENCODER = _encoder_decoder("  memory = gru(embedding(source, 50, 16), 16)\n")
+# the decoder reads the whole source and, in a second layer, its first two positions
+TWO_MEMORIES = _encoder_decoder("  memory = embedding(source, 50, 16)\n",
+                                "  h = h + attention(h, memory, heads=2)\n"
+                                "  h = h + attention(h, slice(memory, axis=1, start=0, end=2), heads=2)\n")
+# the encoder attends over the whole source, the decoder reads only its first two outputs
+SHORT_MEMORY = _encoder_decoder("  e = embedding(source, 50, 16)\n  e = e + attention(e, heads=2)\n"
+                                "  memory = slice(e, axis=1, start=0, end=2)\n")
+# two sources of different lengths: right-padded, so the decode graphs take a padding mask
+GENERATE = ("generate", "m.arch", "--prompt-tokens", "1,2", "--prompt-tokens", "1", "--encoder-tokens", "3,4,5",
+            "--encoder-tokens", "3", "--max-new", "2")
+
+
+def _generate(text: str) -> Commands:
+    return Commands({"m.arch": text}, (GENERATE,))
+
+
+# -- irc analyze --gradients (irc/analysis/gradients.py) --------------------------------------------------
+
+OWN_LOSS = "model m() {\n  input x: f32[2, 4]\n  input t: i32[2]\n  output loss = cross_entropy(linear(x, 3), t)\n}\n"
+SCALAR = "model m() {\n  input x: f32[4]\n  output score = reshape(linear(x, 1), [])\n}\n"
+
+# the IR the grad pass writes (forward and backward) given back to analyze --gradients
+TRAINING_STEP = Commands({"m.arch": OWN_LOSS}, (("compile", "m.arch", "--passes", "grad", "-o", "step.ir"),
+                                               ("analyze", "step.ir", "--gradients")))
+
+
+NO_WEIGHTS = "model m() {\n  input x: f32[2, 4]\n  output y = relu(x) * 2\n}\n"
+
+
+def _plot_without_matplotlib(mp: pytest.MonkeyPatch) -> None:
+    """``--gradients-plot`` where matplotlib is not installed (an optional extra): refused before measuring."""
+    mp.setitem(sys.modules, "matplotlib", None)
+    with _scratch(mp, {"m.arch": SCALAR}):
+        _cli(["analyze", "m.arch", "--gradients", "--gradients-plot", "g.png"])
+
+
+def _analyze(text: str, *flags: str, rc: int = 1) -> Commands:
+    return Commands({"m.arch": text}, (("analyze", "m.arch", "--gradients", *flags),), rc)
+
+
+def _gradients_no_batches_by_api(mp: pytest.MonkeyPatch) -> None:
+    """irc analyze refuses --batches 0 as bad usage first; the Python API still says it."""
+    from irc.analysis.gradients import measure_gradients
+
+    measure_gradients(_graph(BOUND), batches=0)
+
+
+def _gradients_unknown_probe(mp: pytest.MonkeyPatch) -> None:
+    """Probes are named through the Python API only (irc analyze has no flag for them)."""
+    from irc.analysis.gradients import measure_gradients
+
+    measure_gradients(_graph(BOUND), probes=["h"])
+
+
 @dataclass(frozen=True)
 class Staged:
     name: str
@@ -168,6 +270,44 @@ STAGED = [
            "       |         ^"),
     Staged("emit_unknown_kind", _emit_unknown_kind,
            "irc: error: cannot emit 'verilog' (known: numba, cuda, torch, dot)"),
+    Staged("generate_source_mask_rnn_encoder", _generate(RNN_ENCODER),
+           "m.arch:4:12: error: decode: a source padding mask covers attention only; 'gru' in the encoder of 'm' "
+           "mixes positions, so padded sources would change real ones\n"
+           "     4 |   memory = gru(embedding(source, 50, 16), 16)\n"
+           "       |            ^~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~"),
+    Staged("generate_source_mask_two_memories", _generate(TWO_MEMORIES),
+           "m.arch:1:7: error: decode: the cross-attentions of 'm' read memories of different lengths (2, 3): one "
+           "padding mask cannot cover them\n"
+           "     1 | model m(B, T, S) {\n"
+           "       |       ^"),
+    Staged("generate_source_mask_short_memory", _generate(SHORT_MEMORY),
+           "m.arch:5:11: error: decode: this encoder attention's keys have length 3, not the source's 2: the padding "
+           "mask does not fit it\n"
+           "     5 |   e = e + attention(e, heads=2)\n"
+           "       |           ^~~~~~~~~~~~~~~~~~~~~"),
+    Staged("gradients_of_a_training_step", TRAINING_STEP,
+           "step.ir:2:7: error: --gradients: 'm' is already a training step (it has backward ops); give the forward "
+           "model\n"
+           "     2 | graph @m() {\n"
+           "       |       ^~"),
+    Staged("gradients_plot_nothing_to_draw", _analyze(NO_WEIGHTS, "--gradients-plot", "g.png"),
+           "irc: error: --gradients-plot: model 'm' has no repeated blocks, weight-owning layers or recurrent inputs, "
+           "so there is no gradient norm against depth to plot"),
+    Staged("gradients_plot_without_matplotlib", _plot_without_matplotlib,
+           "irc: error: --gradients-plot draws with matplotlib, which is not installed: pip install 'irc[train]' "
+           "(or pip install matplotlib)"),
+    Staged("gradients_cross_entropy_scalar_output", _analyze(SCALAR, "--loss", "cross_entropy"),
+           "m.arch:1:7: error: --loss cross_entropy needs float logits [..., classes]; output 'score' is f32[]\n"
+           "     1 | model m() {\n"
+           "       |       ^"),
+    Staged("gradients_loss_of_a_model_with_its_own", _analyze(OWN_LOSS, "--loss", "mse", rc=2),
+           "irc: error: --loss mse: model 'm' computes its own loss (cross_entropy); drop --loss"),
+    Staged("gradients_no_batches_by_api", _gradients_no_batches_by_api,
+           "irc: error: --batches must be at least 1, got 0"),
+    Staged("gradients_unknown_probe", _gradients_unknown_probe,
+           "<input>:1:7: error: model 'm' has no value 'h' to probe\n"
+           "     1 | model m() {\n"
+           "       |       ^"),
 ]
 
 
@@ -238,3 +378,35 @@ def test_safetensors_read_without_the_library(monkeypatch: pytest.MonkeyPatch) -
     weights = load_weights(INC / "w_good.safetensors")
     np.testing.assert_array_equal(weights["y.weight"], np.arange(12, dtype=np.float32).reshape(3, 4) / 10)
     np.testing.assert_array_equal(weights["y.bias"], np.array([0.0, 0.5, 1.0], np.float32))
+
+
+@pytest.mark.parametrize("case", [c for c in STAGED if isinstance(c.stage, Commands)], ids=lambda c: c.name)
+def test_command_cases_through_main(case: Staged, tmp_path: Path, irc_cli) -> None:
+    """The staged commands exit as irc does: the earlier ones succeed, the last prints the text and its status."""
+    assert isinstance(case.stage, Commands)
+    for name, text in case.stage.files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    *first, last = case.stage.argvs
+    for argv in first:
+        assert irc_cli(list(argv), cwd=tmp_path).rc == 0
+    result = irc_cli(list(last), cwd=tmp_path)
+    assert (result.rc, result.out, result.err) == (case.stage.rc, "", case.text + "\n")
+
+
+def test_one_source_needs_no_mask_whatever_the_encoder(tmp_path: Path) -> None:
+    """The padding mask is refused only for a GRU encoder whose sources differ in length: with one source (or
+    sources of one length) nothing is padded, and the model generates."""
+    import contextlib
+    import io
+
+    from irc.cli import build_parser
+
+    (tmp_path / "m.arch").write_text(RNN_ENCODER)
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.chdir(tmp_path)
+        args = build_parser().parse_args(["generate", "m.arch", "--prompt-tokens", "1,2", "--encoder-tokens", "3,4,5",
+                                          "--max-new", "2"])
+        assert args.func(args) in (0, None)
+    tokens = [int(t) for t in out.getvalue().split()]
+    assert len(tokens) == 2 and all(0 <= t < 50 for t in tokens)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_fusion import SMALL as _SMALL
 
 from irc.ops import OPS, canonical_name
 
@@ -56,10 +57,8 @@ EXPORT_BINDINGS: dict[str, dict[str, int]] = {
     "vit_b_16": {"B": 2, "image": 32, "d": 64, "heads": 4, "layers": 2, "mlp": 128},
     "unet": {"B": 1, "height": 32, "width": 32},
     "whisper_tiny_encoder": {"B": 2, "mels": 8, "frames": 16, "d": 64, "heads": 4, "layers": 2, "ff": 128},
-    "mixtral_8x7b": {"B": 2, "T": 6, "layers": 1, "d": 64, "heads": 4, "kv_heads": 2, "vocab": 50, "ff": 32,
-                     "experts": 4},
-    "deepseek_v2_lite": {"B": 2, "T": 6, "layers": 2, "d": 64, "heads": 4, "vocab": 50, "kv_lora": 16, "rope_dim": 8,
-                         "nope_dim": 8, "v_dim": 12, "dense_ff": 48, "expert_ff": 16, "experts": 6, "top_k": 2},
+    # the small sizes the CPU and fusion tests run these at (tests/test_fusion.py)
+    **{name: _SMALL[name] for name in ("mixtral_8x7b", "deepseek_v2_lite", "digits_cnn", "byte_lm")},
 }
 
 # the registered ops the zoo does not use, at small sizes
@@ -401,6 +400,9 @@ def test_export_is_deterministic() -> None:
 
 # -- error paths no command line can stage (counted by the error catalogue, tests/test_diagnostics.py) -------------
 
+BN_LINE = "  y, m, v = batchnorm(x, train=true)"  # a training-mode BatchNorm, its call at column 13
+
+
 def _staged():  # imported lazily: the catalogue's own module defines Staged
     from test_error_catalogue_runtime import Staged
 
@@ -431,6 +433,21 @@ def _staged():  # imported lazily: the catalogue's own module defines Staged
 
         mp.delitem(exporter.EXPORTERS, "relu")
         exporter.to_model(graph(), {})
+
+    def bn_train():
+        from irc.runtime.graphs import graph_from_source
+
+        return graph_from_source(f"model m() {{\n  input x: f32[2, 3, 4, 4]\n{BN_LINE}\n  output out = y\n}}\n")
+
+    def onnx_training_mode(mp: pytest.MonkeyPatch) -> None:
+        from irc.backends import onnx as exporter
+
+        exporter.to_model(bn_train(), {})
+
+    def torch_training_mode(mp: pytest.MonkeyPatch) -> None:
+        from irc.backends import torch as emitter
+
+        emitter.emit_source(bn_train())
 
     def torch_no_renderer(mp: pytest.MonkeyPatch) -> None:
         from irc.backends import torch as emitter
@@ -473,10 +490,15 @@ def _staged():  # imported lazily: the catalogue's own module defines Staged
                "(pip install 'irc[onnx]')"),
         Staged("export_onnx_op_without_exporter", onnx_no_exporter,
                "<input>:3:14: error: onnx export: 'relu' has no exporter (add one to a table in "
-               "backends/onnx/ops_*.py)\n     3 |   output y = relu(x)\n       |              ^"),
+               "backends/onnx/ops_*.py)\n     3 |   output y = relu(x)\n       |              ^~~~~~~"),
+        *(Staged(f"export_{which}_training_mode", fn,
+                 f"<input>:3:13: error: {which} export: 'batchnorm' with train=true normalises with the batch's own "
+                 "statistics (a training step's forward, irc.ops.grad_train): export or compile the inference graph "
+                 f"(leave train= out), and train with irc train\n     3 | {BN_LINE}\n       | {' ' * 12}^{'~' * 23}")
+          for which, fn in (("onnx", onnx_training_mode), ("torch", torch_training_mode))),
         Staged("export_torch_op_without_renderer", torch_no_renderer,
                "<input>:3:14: error: torch export: 'relu' has no renderer (add one to a table in "
-               "backends/torch/ops_*.py)\n     3 |   output y = relu(x)\n       |              ^"),
+               "backends/torch/ops_*.py)\n     3 |   output y = relu(x)\n       |              ^~~~~~~"),
         Staged("export_dot_not_installed", dot_missing,
                "irc: error: --emit png needs Graphviz's 'dot' program, which is not on PATH: install Graphviz "
                "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install "

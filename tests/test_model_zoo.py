@@ -64,6 +64,10 @@ PUBLISHED: dict[str, int] = {
     "mixtral_8x7b": 46_702_792_704,
     # HF "deepseek-ai/DeepSeek-V2-Lite": 15,706,484,224 (15.7B; 2.4B activated: tests/test_zoo_moe.py)
     "deepseek_v2_lite": 15_706_484_224,
+    # irc train's digits CNN (docs/training.md): conv1 320 + conv2 18,496 + fc1 32,896 + logits 1,290
+    "digits_cnn": 53_002,
+    # irc train's byte-level transformer: 256·64 + 64·64 + 2·(12·64² + 13·64) + 128
+    "byte_lm": 120_576,
 }
 
 # torchvision resnet18 state_dict, minus its 20 num_batches_tracked counters: 11,699,112 elements.

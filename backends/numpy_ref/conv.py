@@ -13,10 +13,7 @@ import math
 import numpy as np
 
 from irc.graph import Node
-
-
-def _tuple(v, nd: int) -> tuple[int, ...]:
-    return tuple(v) if isinstance(v, (list, tuple)) else (v,) * nd
+from irc.ops.common import per_axis
 
 
 def conv_pads(padding, kernel, dilation, nd: int) -> list[tuple[int, int]]:
@@ -26,7 +23,7 @@ def conv_pads(padding, kernel, dilation, nd: int) -> list[tuple[int, int]]:
     if padding == "same":
         totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
         return [(t // 2, t - t // 2) for t in totals]
-    return [(p, p) for p in _tuple(padding, nd)]
+    return [(p, p) for p in per_axis(padding, nd)]
 
 
 def _out_size(size: int, pads: tuple[int, int], k: int, s: int, d: int) -> int:
@@ -47,7 +44,7 @@ def _pad(x: np.ndarray, pads, value: float = 0.0) -> np.ndarray:
 def conv(x: np.ndarray, weight: np.ndarray, bias, stride, padding, dilation, groups: int) -> np.ndarray:
     nd = x.ndim - 2
     kernel = weight.shape[2:]
-    stride, dilation = _tuple(stride, nd), _tuple(dilation, nd)
+    stride, dilation = per_axis(stride, nd), per_axis(dilation, nd)
     pads = conv_pads(padding, kernel, dilation, nd)
     out = [_out_size(x.shape[2 + i], pads[i], kernel[i], stride[i], dilation[i]) for i in range(nd)]
     b, c = x.shape[:2]
@@ -70,10 +67,10 @@ def _conv_op(node: Node, args, w):
 
 def _pool_geometry(x: np.ndarray, a: dict):
     nd = x.ndim - 2
-    kernel = _tuple(a["kernel"], nd)
-    stride = _tuple(a["stride"] if a.get("stride") is not None else a["kernel"], nd)
-    dilation = _tuple(a.get("dilation", 1), nd)
-    pads = [(p, p) for p in _tuple(a.get("padding", 0), nd)]
+    kernel = per_axis(a["kernel"], nd)
+    stride = per_axis(a["stride"] if a.get("stride") is not None else a["kernel"], nd)
+    dilation = per_axis(a.get("dilation", 1), nd)
+    pads = [(p, p) for p in per_axis(a.get("padding", 0), nd)]
     out = [_out_size(x.shape[2 + i], pads[i], kernel[i], stride[i], dilation[i]) for i in range(nd)]
     return kernel, stride, dilation, pads, out
 
@@ -104,7 +101,7 @@ def avgpool(x: np.ndarray, a: dict) -> np.ndarray:
 
 def adaptive_avgpool2d(x: np.ndarray, size) -> np.ndarray:
     """PyTorch's bins: rows floor(i·H/o) to ceil((i+1)·H/o)."""
-    oh, ow = _tuple(size, 2)
+    oh, ow = per_axis(size, 2)
     h, w = x.shape[2:]
     y = np.empty(x.shape[:2] + (oh, ow), dtype=x.dtype)
     for i in range(oh):
@@ -123,8 +120,8 @@ def conv_transpose(x: np.ndarray, weight: np.ndarray, bias, stride, padding, out
     first ``padding`` and last ``padding − output_padding`` positions are then cut off."""
     nd = x.ndim - 2
     kernel = weight.shape[2:]
-    stride, padding, dilation = _tuple(stride, nd), _tuple(padding, nd), _tuple(dilation, nd)
-    extra = _tuple(output_padding, nd)
+    stride, padding, dilation = per_axis(stride, nd), per_axis(padding, nd), per_axis(dilation, nd)
+    extra = per_axis(output_padding, nd)
     b, c = x.shape[:2]
     cg, og = c // groups, weight.shape[1]
     size = x.shape[2:]

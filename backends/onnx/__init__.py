@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from irc import __version__
-from irc.backends.export_reasons import BACKWARD_REASON, DECODE_REASON, LOSS_REASON
+from irc.backends.export_reasons import (
+    BACKWARD_REASON,
+    DECODE_REASON,
+    DROPOUT_MASK_REASON,
+    FOLDED_BN_REASON,
+    LOSS_REASON,
+    TRAINING_MODE_REASON,
+    training_mode,
+)
 from irc.backends.onnx import (
     ops_attention,
     ops_conv,
@@ -46,6 +54,8 @@ NO_EXPORT: dict[str, str] = {
     **{op: BACKWARD_REASON for op in ops_with("backward")},
     **{op: LOSS_REASON for op in ops_with("loss")},
     **{op: DECODE_REASON for op in ops_with("decode")},
+    "conv2d_bn": FOLDED_BN_REASON,
+    "dropout_mask": DROPOUT_MASK_REASON,
 }
 # above this many bytes of weights a model no longer fits one protobuf (2 GiB): weights go to a .data file
 EXTERNAL_DATA_BYTES = 1_800_000_000
@@ -101,6 +111,8 @@ def to_model(graph: Graph, weights: dict[str, np.ndarray]) -> Any:
         if fn is None:
             why = NO_EXPORT.get(name, "has no exporter (add one to a table in backends/onnx/ops_*.py)")
             raise IrcError(f"onnx export: '{node.op}' {why}", node.loc)
+        if training_mode(node):
+            raise IrcError(f"onnx export: '{node.op}' {TRAINING_MODE_REASON}", node.loc)
         ctx.node = node
         start = len(ctx.nodes)
         results = fn(ctx, node, [env[v] for v in node.inputs])

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from irc.backends.onnx.context import Context
 from irc.graph import Node
-
-
-def _tuple(v, nd: int) -> list[int]:
-    return [int(i) for i in v] if isinstance(v, (list, tuple)) else [int(v)] * nd
+from irc.ops.common import per_axis
 
 
 def conv_pads(padding, kernel: list[int], dilation: list[int]) -> list[int]:
@@ -19,16 +16,16 @@ def conv_pads(padding, kernel: list[int], dilation: list[int]) -> list[int]:
     if padding == "same":
         totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
         return [t // 2 for t in totals] + [t - t // 2 for t in totals]
-    return _tuple(padding, nd) * 2
+    return per_axis(padding, nd) * 2
 
 
 def _conv(nd: int):
     def export(ctx: Context, node: Node, xs: list[str]) -> list[str]:
         a = node.attrs
-        kernel = _tuple(a["kernel"], nd)
-        dilation = _tuple(a.get("dilation", 1), nd)
+        kernel = per_axis(a["kernel"], nd)
+        dilation = per_axis(a.get("dilation", 1), nd)
         ins = [xs[0], ctx.weight(node, "weight")] + ([ctx.weight(node, "bias")] if ctx.has_weight(node, "bias") else [])
-        return [ctx.op1("Conv", ins, kernel_shape=kernel, strides=_tuple(a.get("stride", 1), nd), dilations=dilation,
+        return [ctx.op1("Conv", ins, kernel_shape=kernel, strides=per_axis(a.get("stride", 1), nd), dilations=dilation,
                         pads=conv_pads(a.get("padding", 0), kernel, dilation), group=int(a.get("groups", 1)))]
     return export
 
@@ -36,12 +33,12 @@ def _conv(nd: int):
 def _pool(nd: int, op_type: str):
     def export(ctx: Context, node: Node, xs: list[str]) -> list[str]:
         a = node.attrs
-        kernel = _tuple(a["kernel"], nd)
-        stride = _tuple(a["stride"] if a.get("stride") is not None else a["kernel"], nd)
-        extra = ({"dilations": _tuple(a.get("dilation", 1), nd)} if op_type == "MaxPool"
+        kernel = per_axis(a["kernel"], nd)
+        stride = per_axis(a["stride"] if a.get("stride") is not None else a["kernel"], nd)
+        extra = ({"dilations": per_axis(a.get("dilation", 1), nd)} if op_type == "MaxPool"
                  else {"count_include_pad": int(bool(a.get("count_include_pad", True)))})
-        return [ctx.op1(op_type, xs[:1], kernel_shape=kernel, strides=stride, pads=_tuple(a.get("padding", 0), nd) * 2,
-                        **extra)]
+        pads = per_axis(a.get("padding", 0), nd) * 2
+        return [ctx.op1(op_type, xs[:1], kernel_shape=kernel, strides=stride, pads=pads, **extra)]
     return export
 
 
@@ -64,7 +61,7 @@ def _bins(ctx: Context, node: Node, x: str, axis: int, out: int) -> str:
 
 
 def _adaptive_avgpool2d(ctx: Context, node: Node, xs: list[str]) -> list[str]:
-    oh, ow = _tuple(node.attrs["size"], 2)
+    oh, ow = per_axis(node.attrs["size"], 2)
     h, w = ctx.type_of(node.inputs[0]).shape[2:]
     if isinstance(h, int) and isinstance(w, int) and h % oh == 0 and w % ow == 0:  # equal bins: one AveragePool
         k = [h // oh, w // ow]

@@ -4,9 +4,9 @@ axis, transposed convolution, upsampling and pixel (un)shuffle."""
 from __future__ import annotations
 
 from irc.backends.onnx.context import Context
-from irc.backends.onnx.ops_conv import _tuple
 from irc.diagnostics import IrcError
 from irc.graph import Node
+from irc.ops.common import per_axis
 from irc.ops.resample import scales
 
 
@@ -82,10 +82,10 @@ def _conv_transpose(nd: int):
     def export(ctx: Context, node: Node, xs: list[str]) -> list[str]:
         a = node.attrs
         ins = [xs[0], ctx.weight(node, "weight")] + ([ctx.weight(node, "bias")] if ctx.has_weight(node, "bias") else [])
-        kernel = _tuple(a["kernel"], nd)
-        return [ctx.op1("ConvTranspose", ins, kernel_shape=kernel, strides=_tuple(a["stride"], nd),
-                        pads=_tuple(a["padding"], nd) * 2, output_padding=_tuple(a["output_padding"], nd),
-                        dilations=_tuple(a["dilation"], nd), group=int(a["groups"]))]
+        kernel = per_axis(a["kernel"], nd)
+        return [ctx.op1("ConvTranspose", ins, kernel_shape=kernel, strides=per_axis(a["stride"], nd),
+                        pads=per_axis(a["padding"], nd) * 2, output_padding=per_axis(a["output_padding"], nd),
+                        dilations=per_axis(a["dilation"], nd), group=int(a["groups"]))]
     return export
 
 

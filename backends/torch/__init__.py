@@ -11,7 +11,15 @@ One renderer per op, in ``ops_basic.py`` and ``ops_layers.py``.
 from __future__ import annotations
 
 from irc import __version__
-from irc.backends.export_reasons import BACKWARD_REASON, DECODE_REASON, LOSS_REASON
+from irc.backends.export_reasons import (
+    BACKWARD_REASON,
+    DECODE_REASON,
+    DROPOUT_MASK_REASON,
+    FOLDED_BN_REASON,
+    LOSS_REASON,
+    TRAINING_MODE_REASON,
+    training_mode,
+)
 from irc.backends.torch import ops_basic, ops_experts, ops_layers, ops_more
 from irc.backends.torch.helpers import HELPERS, closure
 from irc.backends.torch.render import Renderer, literal
@@ -28,6 +36,8 @@ NO_EMIT: dict[str, str] = {
     **{op: BACKWARD_REASON for op in ops_with("backward")},
     **{op: LOSS_REASON for op in ops_with("loss")},
     **{op: DECODE_REASON for op in ops_with("decode")},
+    "conv2d_bn": FOLDED_BN_REASON,
+    "dropout_mask": DROPOUT_MASK_REASON,
 }
 
 _PRELUDE = '''
@@ -84,6 +94,8 @@ def emit_source(graph: Graph, **_: object) -> str:
         if fn is None:
             why = NO_EMIT.get(name, "has no renderer (add one to a table in backends/torch/ops_*.py)")
             raise IrcError(f"torch export: '{node.op}' {why}", node.loc)
+        if training_mode(node):
+            raise IrcError(f"torch export: '{node.op}' {TRAINING_MODE_REASON}", node.loc)
         expr = fn(r, node, [r.name(v) for v in node.inputs])
         targets = ", ".join(r.name(v) for v in node.outputs)
         shared = node.weights and node.weights != node.scope and r.has_any(node)

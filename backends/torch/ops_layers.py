@@ -7,6 +7,7 @@ from irc.backends.torch.ops_basic import act
 from irc.backends.torch.render import Renderer, literal
 from irc.graph import Node
 from irc.ops.attention import head_dim, kv_heads, rel_max_distance, rope_theta, score_scale
+from irc.ops.common import per_axis
 from irc.ops.recurrent import torch_layout
 
 
@@ -25,14 +26,11 @@ def _swiglu(r: Renderer, node: Node, xs: list[str]) -> str:
     return f"F.linear({h}, {r.w(node, 'w_down')}, {r.w_or_none(node, 'b_down')})"
 
 
-def _tuple(v, nd: int) -> list[int]:
-    return [int(i) for i in v] if isinstance(v, (list, tuple)) else [int(v)] * nd
-
 
 def _conv(nd: int):
     def render(r: Renderer, node: Node, xs: list[str]) -> str:
         a = node.attrs
-        kernel, dilation = _tuple(a["kernel"], nd), _tuple(a.get("dilation", 1), nd)
+        kernel, dilation = per_axis(a["kernel"], nd), per_axis(a.get("dilation", 1), nd)
         padding, x = a.get("padding", 0), xs[0]
         if padding == "valid":
             pads = [0] * nd
@@ -44,8 +42,8 @@ def _conv(nd: int):
             else:
                 pads = [t // 2 for t in totals]
         else:
-            pads = _tuple(padding, nd)
-        stride = literal(_tuple(a.get("stride", 1), nd))
+            pads = per_axis(padding, nd)
+        stride = literal(per_axis(a.get("stride", 1), nd))
         args = (f"{x}, {r.w(node, 'weight')}, {r.w_or_none(node, 'bias')}, stride={stride}, "
                 f"padding={literal(pads)}, dilation={literal(dilation)}, groups={int(a.get('groups', 1))}")
         return f"F.conv{nd}d({args})"
@@ -55,12 +53,12 @@ def _conv(nd: int):
 def _pool(nd: int, kind: str):
     def render(r: Renderer, node: Node, xs: list[str]) -> str:
         a = node.attrs
-        kernel = _tuple(a["kernel"], nd)
-        stride = _tuple(a["stride"] if a.get("stride") is not None else a["kernel"], nd)
-        pads = _tuple(a.get("padding", 0), nd)
+        kernel = per_axis(a["kernel"], nd)
+        stride = per_axis(a["stride"] if a.get("stride") is not None else a["kernel"], nd)
+        pads = per_axis(a.get("padding", 0), nd)
         common = f"{xs[0]}, {literal(kernel)}, {literal(stride)}, {literal(pads)}"
         if kind == "max":
-            return f"F.max_pool{nd}d({common}, dilation={literal(_tuple(a.get('dilation', 1), nd))})"
+            return f"F.max_pool{nd}d({common}, dilation={literal(per_axis(a.get('dilation', 1), nd))})"
         return f"F.avg_pool{nd}d({common}, count_include_pad={bool(a.get('count_include_pad', True))})"
     return render
 
@@ -184,7 +182,7 @@ def _recurrent(r: Renderer, node: Node, xs: list[str]) -> str:
 
 
 def _adaptive(r: Renderer, node: Node, xs: list[str]) -> str:
-    return f"F.adaptive_avg_pool2d({xs[0]}, {literal(_tuple(node.attrs['size'], 2))})"
+    return f"F.adaptive_avg_pool2d({xs[0]}, {literal(per_axis(node.attrs['size'], 2))})"
 
 
 def _rope(r: Renderer, node: Node, xs: list[str]) -> str:

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from irc.backends.torch.render import Renderer, literal
 from irc.graph import Node
+from irc.ops.common import per_axis
 from irc.ops.recurrent import directions, layer_suffix, num_layers
 from irc.ops.resample import scales
-
-
-def _tuple(v, nd: int) -> list[int]:
-    return [int(i) for i in v] if isinstance(v, (list, tuple)) else [int(v)] * nd
 
 
 def _clamp(r: Renderer, node: Node, xs: list[str]) -> str:
@@ -29,9 +26,9 @@ def _conv_transpose(nd: int):
     def render(r: Renderer, node: Node, xs: list[str]) -> str:
         a = node.attrs
         return (f"F.conv_transpose{nd}d({xs[0]}, {r.w(node, 'weight')}, {r.w_or_none(node, 'bias')}, "
-                f"stride={literal(_tuple(a['stride'], nd))}, padding={literal(_tuple(a['padding'], nd))}, "
-                f"output_padding={literal(_tuple(a['output_padding'], nd))}, groups={int(a['groups'])}, "
-                f"dilation={literal(_tuple(a['dilation'], nd))})")
+                f"stride={literal(per_axis(a['stride'], nd))}, padding={literal(per_axis(a['padding'], nd))}, "
+                f"output_padding={literal(per_axis(a['output_padding'], nd))}, groups={int(a['groups'])}, "
+                f"dilation={literal(per_axis(a['dilation'], nd))})")
     return render
 
 

@@ -209,10 +209,23 @@ def summary_rows(a: Analysis) -> list[tuple[str, str]]:
                      f"{commas(tr['d_model'])})"))
     if a.final_rj:
         rows.append(("receptive field", f"{_rj(a.final_rj).replace('r=', 'r = ').replace(' j=', ', j = ')} "
-                     "(last spatial layer)"))
+                     f"(last spatial layer{_field_end(a)})"))
     if a.relu_mlp:
         rows.append(("ReLU MLP", _relu_mlp(a.relu_mlp)))
     return rows
+
+
+def _field_end(a: Analysis) -> str:
+    """Where the receptive field stops being tracked, and why (the op record's receptive rule says)."""
+    from irc.ops import get_op
+
+    last = max(i for i, r in enumerate(a.rows) if r.rj is not None)
+    for r in a.rows[last + 1:]:
+        rule = getattr(get_op(r.op), "receptive", None)
+        if rule is not None and rule.kind in ("reset", "global"):
+            why = rule.reason or "reads the whole map"
+            return f"; tracked up to {r.name}, a {r.op}: {why}"
+    return ""
 
 
 def _aligned(rows: list[tuple[str, str]]) -> list[str]:

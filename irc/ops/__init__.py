@@ -7,6 +7,7 @@ from irc.ops import (  # noqa: F401
     dense,
     elementwise,
     embedding,
+    fused_conv,
     grad_layers,
     grad_ops,
     losses,

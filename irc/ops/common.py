@@ -75,6 +75,12 @@ def pair(v: int | list[int]) -> tuple[int, int]:
     return (v[0], v[1]) if isinstance(v, list) else (v, v)
 
 
+def per_axis(v: int | list[int] | tuple[int, ...], nd: int) -> tuple[int, ...]:
+    """A kernel, stride, padding or dilation attribute as one int per spatial axis (``3`` is ``(3, 3)`` in 2-D).
+    The backends and exporters read conv and pool attributes through this one rule."""
+    return tuple(int(x) for x in v) if isinstance(v, (list, tuple)) else (int(v),) * nd
+
+
 def norm_axis(axis: int, rank: int) -> int:
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < rank:

@@ -12,6 +12,7 @@ from typing import Any
 import irc.ops.primitives  # noqa: F401  (registers the primitive ops)
 from irc.graph import Graph, Node
 from irc.ops.attention import head_dim, kv_heads, score_scale
+from irc.passes.names import dotted_name
 from irc.passes.registry import register_pass
 from irc.passes.rewrite import Context, Rewrite, apply_rules
 
@@ -26,8 +27,7 @@ _ACT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def _value_name(text: str) -> str:
     """A valid IR value name from a weight key: scopes read from IR text may hold any character."""
-    parts = ["".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in p) for p in text.split(".")]
-    name = ".".join(p for p in parts if p) or "weight"
+    name = dotted_name(text)
     return name if name[0].isalpha() or name[0] == "_" else f"w_{name}"
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from irc.graph import Graph, Node
+from irc.passes.names import fresh_name
 from irc.passes.shape_infer import shape_infer
 
 
@@ -41,12 +42,7 @@ class Context:
         self.outputs = {v for _, v in self.graph.outputs}
 
     def fresh(self, base: str) -> str:
-        name, n = base, 1
-        while name in self._names:
-            name = f"{base}.{n}"
-            n += 1
-        self._names.add(name)
-        return name
+        return fresh_name(base, self._names)
 
     def only_user(self, value: str, node: Node) -> bool:
         """``node`` is the single reader of ``value`` and the value is not a graph output."""

@@ -14,6 +14,7 @@ from irc.backends.cuda.render.context import Ctx
 from irc.backends.cuda.render.dense import launch_gemm
 from irc.backends.cuda.render.gemm_src import GemmSpec, pick_tile
 from irc.backends.numpy_ref.conv import conv_pads
+from irc.ops.common import per_axis
 
 GEOMETRY = "kh, kw, sh, sw, ph, pw, dh, dw"
 GEOMETRY_KINDS = (I64,) * 8
@@ -43,9 +44,6 @@ def k_im2col(x, cols, total, groups, cg, oh, ow, {GEOMETRY}):
 IM2COL_KERNEL = Kernel("k_im2col", IM2COL, (A4, A1, I64, I64, I64, I64, I64) + GEOMETRY_KINDS)
 
 
-def _tuple(v, nd: int) -> tuple[int, ...]:
-    return tuple(int(x) for x in v) if isinstance(v, (list, tuple)) else (int(v),) * nd
-
 
 def _as_2d(shape: tuple[int, ...]) -> tuple[int, ...]:
     """[B, C, L] -> [B, C, 1, L]; 2-D shapes unchanged."""
@@ -61,7 +59,7 @@ def render_conv(ctx: Ctx) -> None:
     xs, ws = ctx.in_shape(), ctx.params["weight"]
     nd = len(xs) - 2
     kernel = ws[2:]
-    stride, dilation = _tuple(ctx.attr("stride", 1), nd), _tuple(ctx.attr("dilation", 1), nd)
+    stride, dilation = per_axis(ctx.attr("stride", 1), nd), per_axis(ctx.attr("dilation", 1), nd)
     pads = conv_pads(ctx.attr("padding", 0), kernel, dilation, nd)
     groups = int(ctx.attr("groups", 1))
     b, c, h, w = _as_2d(xs)
@@ -135,9 +133,9 @@ def render_conv_transpose(ctx: Ctx) -> None:
     b, c, h, w = _as_2d(xs)
     _, co, oh, ow = _as_2d(ctx.out_shape())
     kh, kw = _pair(tuple(ws[2:]), 1)
-    sh, sw = _pair(_tuple(ctx.attr("stride"), nd), 1)
-    ph, pw = _pair(_tuple(ctx.attr("padding"), nd), 0)
-    dh, dw = _pair(_tuple(ctx.attr("dilation"), nd), 1)
+    sh, sw = _pair(per_axis(ctx.attr("stride"), nd), 1)
+    ph, pw = _pair(per_axis(ctx.attr("padding"), nd), 0)
+    dh, dw = _pair(per_axis(ctx.attr("dilation"), nd), 1)
     out = ctx.alloc()
     total = b * co * oh * ow
     grid, block = ctx.flat_grid(total)
@@ -192,10 +190,10 @@ def render_pool(ctx: Ctx) -> None:
     ctx.need_float()
     xs = ctx.in_shape()
     nd = len(xs) - 2
-    kernel = _tuple(ctx.attr("kernel"), nd)
-    stride = _tuple(ctx.attr("stride") if ctx.attr("stride") is not None else ctx.attr("kernel"), nd)
-    dilation = _tuple(ctx.attr("dilation", 1), nd)
-    pads = _tuple(ctx.attr("padding", 0), nd)
+    kernel = per_axis(ctx.attr("kernel"), nd)
+    stride = per_axis(ctx.attr("stride") if ctx.attr("stride") is not None else ctx.attr("kernel"), nd)
+    dilation = per_axis(ctx.attr("dilation", 1), nd)
+    pads = per_axis(ctx.attr("padding", 0), nd)
     b, c, h, w = _as_2d(xs)
     _, _, oh, ow = _as_2d(ctx.out_shape())
     geometry = _pair(kernel, 1) + _pair(stride, 1) + _pair(pads, 0) + _pair(dilation, 1)
