@@ -18,6 +18,7 @@ from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
 from irc.backends.cpu.render.mathfns import DEVICE_JIT
+from irc.backends.cpu.render.resample import BILINEAR_TAPS
 from irc.ops.common import per_axis
 from irc.ops.resample import scales
 
@@ -318,22 +319,7 @@ def k_upsample2d_grad(x, dy, dx, sh, sw, bilinear, align):
                 for oj in range(wo):
                     dx[n, c, oi // sh, oj // sw] += dy[n, c, oi, oj]
                 continue
-            if align:
-                src = oi * ((hi - 1) / (ho - 1)) if ho > 1 else 0.0
-            else:
-                src = max((oi + 0.5) / sh - 0.5, 0.0)
-            i0 = min(int(np.floor(src)), hi - 1)
-            i1 = min(i0 + 1, hi - 1)
-            lh = np.float32(src - i0)
-            for oj in range(wo):
-                if align:
-                    srcw = oj * ((wi - 1) / (wo - 1)) if wo > 1 else 0.0
-                else:
-                    srcw = max((oj + 0.5) / sw - 0.5, 0.0)
-                j0 = min(int(np.floor(srcw)), wi - 1)
-                j1 = min(j0 + 1, wi - 1)
-                lw = np.float32(srcw - j0)
-                g = dy[n, c, oi, oj]
+{taps}                g = dy[n, c, oi, oj]
                 top = g * (np.float32(1.0) - lh)
                 bottom = g * lh
                 dx[n, c, i0, j0] += top * (np.float32(1.0) - lw)
@@ -347,7 +333,8 @@ def render_upsample_grad(ctx: NodeCtx) -> None:
     xs = ctx.in_shape(0)
     factors = scales(ctx.node.attrs, len(xs))
     sh, sw = factors if len(factors) == 2 else (1, factors[0])
-    k = ctx.kernel(Kernel("k_upsample2d_grad", UPSAMPLE_GRAD.format(jit=JIT, planes=PLANES), (A4, A4, A4) + (I64,) * 4))
+    k = ctx.kernel(Kernel("k_upsample2d_grad", UPSAMPLE_GRAD.format(jit=JIT, planes=PLANES, taps=BILINEAR_TAPS),
+                          (A4, A4, A4) + (I64,) * 4))
     dx = ctx.alloc()
     ctx.emit(f"{k}({_as_2d(ctx.args[0], xs)}, {_as_2d(ctx.args[1], ctx.in_shape(1))}, {_as_2d(dx, xs)}, {sh}, {sw}, "
              f"{1 if ctx.attr('mode') == 'bilinear' else 0}, {1 if ctx.attr('align_corners') else 0})")

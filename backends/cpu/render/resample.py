@@ -11,15 +11,9 @@ from irc.backends.cpu.render.conv import PLANES
 from irc.backends.literals import shape_literal
 from irc.ops.resample import scales
 
-UPSAMPLE = """\
-{jit}
-def k_upsample2d(x, out, sh, sw, bilinear, align):
-    # one (sample, channel) plane per task; source coordinates in float64, as the reference's
-{planes}            if bilinear == 0:
-                ii = oi // sh
-                for oj in range(wo):
-                    out[n, c, oi, oj] = x[n, c, ii, oj // sw]
-                continue
+# output row oi and column oj's bilinear source taps (i0, i1 with weight lh; j0, j1 with lw), float64 coordinates
+# as the reference computes them (PyTorch's align_corners rule); shared with the upsample gradient (grad_conv.py)
+BILINEAR_TAPS = """\
             if align:
                 src = oi * ((hi - 1) / (ho - 1)) if ho > 1 else 0.0
             else:
@@ -35,11 +29,23 @@ def k_upsample2d(x, out, sh, sw, bilinear, align):
                 j0 = min(int(np.floor(srcw)), wi - 1)
                 j1 = min(j0 + 1, wi - 1)
                 lw = np.float32(srcw - j0)
-                top = x[n, c, i0, j0] * (np.float32(1.0) - lw) + x[n, c, i0, j1] * lw
+"""
+
+UPSAMPLE = """\
+{jit}
+def k_upsample2d(x, out, sh, sw, bilinear, align):
+    # one (sample, channel) plane per task; source coordinates in float64, as the reference's
+{planes}            if bilinear == 0:
+                ii = oi // sh
+                for oj in range(wo):
+                    out[n, c, oi, oj] = x[n, c, ii, oj // sw]
+                continue
+{taps}                top = x[n, c, i0, j0] * (np.float32(1.0) - lw) + x[n, c, i0, j1] * lw
                 bottom = x[n, c, i1, j0] * (np.float32(1.0) - lw) + x[n, c, i1, j1] * lw
                 out[n, c, oi, oj] = top * (np.float32(1.0) - lh) + bottom * lh
 """
-UPSAMPLE_KERNEL = Kernel("k_upsample2d", UPSAMPLE.format(jit=jit(), planes=PLANES), (A4, A4) + (I64,) * 4)
+UPSAMPLE_KERNEL = Kernel("k_upsample2d", UPSAMPLE.format(jit=jit(), planes=PLANES, taps=BILINEAR_TAPS),
+                         (A4, A4) + (I64,) * 4)
 
 
 def _as_4d(var: str, shape: tuple[int, ...]) -> str:
