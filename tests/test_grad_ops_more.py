@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_grad_ops import _compare, _data
+from test_grad_ops import _compare, central_differences
 
 from irc.backends.numpy_ref import run_graph
 from irc.graph import Graph
 from irc.ops.grad_train import training_graph
-from irc.passes.grad import grad_label
 from irc.pipeline import load_graph, run_passes
 
 T = dict[str, torch.Tensor]
@@ -197,29 +196,7 @@ def test_against_torch_autograd(case: str, tmp_path: Path) -> None:
 def test_against_central_differences(case: str, tmp_path: Path) -> None:
     """(L(θ + h) − L(θ − h))/2h on irc's own float64 forward, for 4 entries of every gradient."""
     decls, body, _ = CASES[case]
-    graph = _graph(tmp_path, decls, body)
-    weights, inputs = _data(graph)
-    out = run_graph(run_passes(graph, ["grad"]), weights, inputs, dtype=np.float64)
-    rng = np.random.default_rng(1)
-    taken, checked = {"loss"}, 0
-    for key, table in [*weights.items(), *((k, v) for k, v in inputs.items() if v.dtype.kind == "f")]:
-        label = grad_label(key, taken)
-        if label not in out:
-            continue
-        for flat in rng.choice(table.size, min(4, table.size), replace=False):
-            idx = np.unravel_index(flat, table.shape)
-
-            def loss_at(delta: float) -> float:
-                bumped = table.copy()
-                bumped[idx] += delta
-                w = {**weights, key: bumped} if key in weights else weights
-                i = {**inputs, key: bumped} if key in inputs else inputs
-                return float(run_graph(graph, w, i, dtype=np.float64)["loss"])
-
-            numeric = (loss_at(1e-6) - loss_at(-1e-6)) / 2e-6
-            assert abs(out[label][idx] - numeric) <= 1e-6 * max(np.abs(out[label]).max(), 1e-3), (key, idx)
-            checked += 1
-    assert checked >= 4
+    assert central_differences(_graph(tmp_path, decls, body), 4) >= 4
 
 
 def _run(tmp_path: Path, text: str) -> Graph:
