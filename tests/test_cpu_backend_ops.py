@@ -259,8 +259,8 @@ def test_fully_masked_attention_rows_give_zeros(cpu_cache):
     # the same model with finite biases, where head 0's output is cut off by zero columns of wo
     zeroed = {**weights, "y_t5.wo": weights["y_t5.wo"].copy()}
     zeroed["y_t5.wo"][:, :4] = 0.0  # head 0 is the first 16/4 = 4 columns of wo
-    weights["y_t5.rel_bias"] = weights["y_t5.rel_bias"].copy()
-    weights["y_t5.rel_bias"][:, 0] = -np.inf
+    weights["y_t5.rel_bias.weight"] = weights["y_t5.rel_bias.weight"].copy()
+    weights["y_t5.rel_bias.weight"][:, 0] = -np.inf
     got = compiled.run(weights, inputs)["y_t5"]
     assert np.all(np.isfinite(got))
     assert_matches({"y_t5": got}, {"y_t5": reference(graph, zeroed, inputs)["y_t5"]})

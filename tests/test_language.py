@@ -461,7 +461,7 @@ def test_head_dim_and_cross_attention_projections() -> None:
     cross, _ = weight_table(_golden_graph("attention_cross"))
     assert cross["b.wq"] == (512, 512) and cross["b.wk"] == (512, 256) and cross["b.wv"] == (512, 256)
     t5, _ = weight_table(_golden_graph("attention_t5"))
-    assert t5["a.rel_bias"] == (32, 8)
+    assert t5["a.rel_bias.weight"] == (32, 8)
 
 
 def test_recurrent_params_follow_the_chapter_and_torch() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from irc.backends.numpy_ref.dense import affine
 from irc.backends.numpy_ref.elementwise import softmax
 from irc.graph import Node
-from irc.ops.attention import kv_heads, rel_max_distance, rope_theta, score_scale
+from irc.ops.attention import REL_TABLE, kv_heads, rel_max_distance, rope_theta, score_scale
 
 
 def hidden_keys(t: int, s: int, window: int | None = None) -> np.ndarray:
@@ -105,7 +105,7 @@ def attention(node: Node, args, w):
         q, k = rope(q, theta), rope(k, theta)
     bias = _bias_4d(args[2]) if len(args) > 2 else None
     if a.get("rel_buckets") is not None:
-        table = rel_bias(w["rel_bias"], q.shape[2], k.shape[2], a["rel_buckets"], rel_max_distance(a),
+        table = rel_bias(w[REL_TABLE], q.shape[2], k.shape[2], a["rel_buckets"], rel_max_distance(a),
                          bidirectional=not a.get("causal"))
         bias = table if bias is None else bias + table
     out = sdpa(q, k, v, bool(a.get("causal")), score_scale(a, q.shape[-1]), bias, a.get("window"))

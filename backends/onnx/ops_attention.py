@@ -10,7 +10,7 @@ import numpy as np
 
 from irc.backends.onnx.context import Context
 from irc.graph import Node
-from irc.ops.attention import head_dim, kv_heads, rel_max_distance, rope_theta, score_scale
+from irc.ops.attention import REL_TABLE, head_dim, kv_heads, rel_max_distance, rope_theta, score_scale
 
 
 def _positions(ctx: Context, length: str) -> str:
@@ -122,7 +122,7 @@ def _attention(ctx: Context, node: Node, xs: list[str]) -> list[str]:
         q, k = rope(ctx, q, hd, theta, t), rope(ctx, k, hd, theta, s)
     bias = xs[2] if len(xs) > 2 else None
     if a.get("rel_buckets") is not None:
-        table = rel_bias(ctx, ctx.weight(node, "rel_bias"), t, s, int(a["rel_buckets"]), rel_max_distance(a),
+        table = rel_bias(ctx, ctx.weight(node, REL_TABLE), t, s, int(a["rel_buckets"]), rel_max_distance(a),
                          not a.get("causal"))
         bias = table if bias is None else ctx.op1("Add", [bias, table])
     out = sdpa(ctx, q, k, v, heads, groups, hd, score_scale(a, hd), bias, bool(a.get("causal")), a.get("window"), t, s)

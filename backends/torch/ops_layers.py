@@ -6,7 +6,7 @@ from __future__ import annotations
 from irc.backends.torch.ops_basic import act
 from irc.backends.torch.render import Renderer, literal
 from irc.graph import Node
-from irc.ops.attention import head_dim, kv_heads, rel_max_distance, rope_theta, score_scale
+from irc.ops.attention import REL_TABLE, head_dim, kv_heads, rel_max_distance, rope_theta, score_scale
 from irc.ops.common import per_axis
 from irc.ops.recurrent import torch_layout
 
@@ -120,7 +120,7 @@ def _attention(r: Renderer, node: Node, xs: list[str]) -> str:
     if a.get("rel_buckets") is not None:
         r.need("t5_bias")
         kv_value = node.inputs[1] if len(node.inputs) > 1 else node.inputs[0]
-        table = (f"t5_bias({r.w(node, 'rel_bias')}, {r.dim(node.inputs[0], x, 1)}, {r.dim(kv_value, kv, 1)}, "
+        table = (f"t5_bias({r.w(node, REL_TABLE)}, {r.dim(node.inputs[0], x, 1)}, {r.dim(kv_value, kv, 1)}, "
                  f"{int(a['rel_buckets'])}, {rel_max_distance(a)}, {not a.get('causal')})")
         bias = table if bias is None else f"{bias} + {table}"
     args = [x, kv] + [r.w(node, k) for k in ("wq", "wk", "wv", "wo")]

@@ -10,6 +10,9 @@ from irc.ops.registry import Attr, OpDef, ShapeError, register, rf_reset
 from irc.ops.vjps import GRAD_LOWERED, vjp_rel_position_bias
 from irc.types import TensorType
 
+# T5's relative-position table of an attention with rel_buckets: rel_position_bias's own "weight" under the
+# layer's "rel_bias" scope, so the decompose pass's rel_position_bias node reads the very same key
+REL_TABLE = "rel_bias.weight"
 ROPE_THETA = 10000.0  # RoPE's base when rope_theta is not given (Su et al.; Llama 1/2)
 REL_MAX_DISTANCE = 128  # T5's default distance past which relative positions share a bucket
 
@@ -114,7 +117,7 @@ def _params(a, ts):
         if biased(a, which):
             p[f"b{which}"] = shape[:1]
     if a["rel_buckets"] is not None:
-        p["rel_bias"] = (a["rel_buckets"], a["heads"])
+        p[REL_TABLE] = (a["rel_buckets"], a["heads"])
     return p
 
 
@@ -177,7 +180,7 @@ def _internal(a, ts) -> int:
 
 def _init(a) -> dict[str, str]:
     """GPT-2's normal(0.02) for the projections and T5's table, zeros for the biases."""
-    return {"wq": "normal", "wk": "normal", "wv": "normal", "wo": "normal", "rel_bias": "normal",
+    return {"wq": "normal", "wk": "normal", "wv": "normal", "wo": "normal", REL_TABLE: "normal",
             "bq": "zeros", "bk": "zeros", "bv": "zeros", "bo": "zeros"}
 
 

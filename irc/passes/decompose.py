@@ -11,7 +11,7 @@ from typing import Any
 
 import irc.ops.primitives  # noqa: F401  (registers the primitive ops)
 from irc.graph import Graph, Node
-from irc.ops.attention import head_dim, kv_heads, score_scale
+from irc.ops.attention import REL_TABLE, head_dim, kv_heads, rel_max_distance, score_scale
 from irc.passes.names import dotted_name
 from irc.passes.registry import register_pass
 from irc.passes.rewrite import Context, Rewrite, apply_rules
@@ -23,6 +23,7 @@ _ACT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
     "silu": ("silu", {}),
     "tanh": ("tanh", {}),
 }
+REL_SCOPE = REL_TABLE.removesuffix(".weight")  # the scope whose "weight" is an attention's own T5 table
 
 
 def _value_name(text: str) -> str:
@@ -121,7 +122,7 @@ def _unembed(ctx: Context, node: Node) -> Rewrite | None:
 
 
 def _attention(ctx: Context, node: Node) -> Rewrite | None:
-    if node.op != "attention" or node.attrs["rel_buckets"] is not None:
+    if node.op != "attention":
         return None
     a = node.attrs
     e = _Emit(ctx, node)
@@ -152,13 +153,24 @@ def _attention(ctx: Context, node: Node) -> Rewrite | None:
     rank = 5 if g != h else 4
     kt = e.op("transpose", [k], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]})
     scores = e.op("mul", [e.op("matmul", [q, kt])], {"scalar": float(scale)}, name=f"{node.outputs[0]}.scores")
-    if len(node.inputs) > 2:  # the additive bias, viewed as [B|1, H|1, T|1, S|1] (5-D under GQA)
+    bias, shape, now = None, (), ()  # the bias value, its [B|1, H|1, T|1, S|1] view, its shape now
+    if len(node.inputs) > 2:  # the additive bias operand
         bias = node.inputs[2]
-        shape = (1,) * (4 - len(ctx.types[bias].shape)) + tuple(ctx.types[bias].shape)
-        if g != h:
+        now = tuple(ctx.types[bias].shape)
+        shape = (1,) * (4 - len(now)) + now
+    if a["rel_buckets"] is not None:  # the layer's own T5 table: rel_position_bias reading the same key
+        table = e.op("rel_position_bias", [x] + ([kv] if kv != x else []),
+                     {"heads": h, "buckets": a["rel_buckets"], "max_distance": rel_max_distance(a),
+                      "bidirectional": not a["causal"]}, weights=f"{node.weights}.{REL_SCOPE}")
+        if bias is not None and now != shape:
+            bias = e.op("reshape", [bias], {"shape": list(shape)})
+        bias = table if bias is None else e.op("add", [bias, table])
+        shape = now = (shape[0] if shape else 1, h, t, s)
+    if bias is not None:
+        if g != h:  # 5-D under GQA
             groups = (g, h // g) if shape[1] != 1 else (1, 1)
             shape = (shape[0], *groups, *shape[2:])
-        if shape != tuple(ctx.types[bias].shape):
+        if shape != now:
             bias = e.op("reshape", [bias], {"shape": list(shape)})
         scores = e.op("add", [scores, bias])
     if a["causal"]:

@@ -15,8 +15,8 @@ from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.sdpa import window_arg
 from irc.backends.literals import f32_literal, float_literal, shape_literal
+from irc.ops.attention import REL_TABLE, rel_max_distance, rope_theta, score_scale
 from irc.ops.attention import kv_heads as attention_kv_heads
-from irc.ops.attention import rel_max_distance, rope_theta, score_scale
 
 JIT = jit()
 
@@ -182,7 +182,7 @@ def render_attention(ctx: NodeCtx) -> None:
     if buckets_n is not None:
         helper = ctx.helper("t5_buckets", T5_BUCKETS)
         max_distance = int(rel_max_distance(ctx.node.attrs))
-        rel = ctx.weight("rel_bias")
+        rel = ctx.weight(REL_TABLE)
         buckets = f"{helper}({xs[1]}, {kvs[1]}, {int(buckets_n)}, {max_distance}, {not causal})"
     else:
         rel, buckets = "np.zeros((1, 1), np.float32)", "np.zeros((1, 1), np.int64)"

@@ -17,7 +17,7 @@ from irc.backends.cuda.render.gemm_src import GemmSpec
 from irc.backends.cuda.render.gemm_src import pick_tile as pick_gemm_tile
 from irc.backends.cuda.render.sdpa_src import AttnSpec, pick_tile, sdpa_kernel
 from irc.backends.literals import float_literal, int_literal
-from irc.ops.attention import kv_heads, rel_max_distance, rope_theta, score_scale
+from irc.ops.attention import REL_TABLE, kv_heads, rel_max_distance, rope_theta, score_scale
 
 
 def launch_sdpa(ctx: Ctx, q: int, k: int, v: int, bias: int | None, out: int, scale: float, causal: bool,
@@ -178,7 +178,7 @@ def render_attention(ctx: Ctx) -> None:
         q, k = q2, k2
     bias = None
     if ctx.attr("rel_buckets") is not None:
-        bias = _t5_table(ctx, "rel_bias", t, s, int(ctx.attr("rel_buckets")), int(rel_max_distance(ctx.node.attrs)),
+        bias = _t5_table(ctx, REL_TABLE, t, s, int(ctx.attr("rel_buckets")), int(rel_max_distance(ctx.node.attrs)),
                          not causal)
     if len(ctx.ins) > 2:  # an additive attn_bias operand, alone or on top of the table
         bshape = (1,) * (4 - len(ctx.in_shape(2))) + tuple(ctx.in_shape(2))
