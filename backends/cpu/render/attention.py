@@ -119,11 +119,10 @@ CAUSAL_WINDOW = """\
                         a = np.float32(-np.inf)
 """
 
-T5_BUCKETS = '''\
-def t5_buckets(nq, nk, num_buckets, max_distance, bidirectional):
-    """T5's bucket of (key position - query position) for every pair: an [nq, nk] int64 table."""
-    rel = np.arange(nk, dtype=np.int64)[None, :] - np.arange(nq, dtype=np.int64)[:, None]
-    bucket = np.zeros((nq, nk), np.int64)
+T5_BUCKET_OF = '''\
+def t5_bucket_of(rel, num_buckets, max_distance, bidirectional):
+    """T5's bucket of each relative position (key position - query position) in the int64 array rel."""
+    bucket = np.zeros(rel.shape, np.int64)
     if bidirectional:
         num_buckets //= 2
         bucket += (rel > 0).astype(np.int64) * num_buckets
@@ -135,8 +134,21 @@ def t5_buckets(nq, nk, num_buckets, max_distance, bidirectional):
     large = max_exact + (np.log(safe / max_exact) / math.log(max_distance / max_exact)
                          * (num_buckets - max_exact)).astype(np.int64)
     large = np.minimum(large, num_buckets - 1)
-    return np.ascontiguousarray(bucket + np.where(rel < max_exact, rel, large))
+    return bucket + np.where(rel < max_exact, rel, large)
 '''
+
+T5_BUCKETS = '''\
+def t5_buckets(nq, nk, num_buckets, max_distance, bidirectional):
+    """T5's bucket of (key position - query position) for every pair: an [nq, nk] int64 table."""
+    rel = np.arange(nk, dtype=np.int64)[None, :] - np.arange(nq, dtype=np.int64)[:, None]
+    return np.ascontiguousarray(t5_bucket_of(rel, num_buckets, max_distance, bidirectional))
+'''
+
+
+def t5_bucket_helper(ctx: NodeCtx, name: str = "t5_buckets", source: str = T5_BUCKETS) -> str:
+    """Add a helper built on T5's one bucket rule (``t5_bucket_of``) to the module; its name."""
+    ctx.helper("t5_bucket_of", T5_BUCKET_OF)
+    return ctx.helper(name, source)
 
 
 SIGNATURE = (A3, A3, A2, A1, A2, A1, A2, A1, A2, A1, A2, I2, A4, A3, I64, I64, F32, F64)
@@ -180,7 +192,7 @@ def render_attention(ctx: NodeCtx) -> None:
     k = ctx.kernel(attention_kernel(causal, rope, buckets_n is not None, has_bias, window is not None))
     bias = bias_4d(ctx, 2) if has_bias else "np.zeros((1, 1, 1, 1), np.float32)"
     if buckets_n is not None:
-        helper = ctx.helper("t5_buckets", T5_BUCKETS)
+        helper = t5_bucket_helper(ctx)
         max_distance = int(rel_max_distance(ctx.node.attrs))
         rel = ctx.weight(REL_TABLE)
         buckets = f"{helper}({xs[1]}, {kvs[1]}, {int(buckets_n)}, {max_distance}, {not causal})"
@@ -207,7 +219,7 @@ def t5_bias(table, nq, nk, num_buckets, max_distance, bidirectional):
 def render_rel_position_bias(ctx: NodeCtx) -> None:
     """A function of the table and the (static) lengths only: made once per weights dict."""
     t, s = ctx.out_shape()[2:]
-    ctx.helper("t5_buckets", T5_BUCKETS)
+    t5_bucket_helper(ctx)
     helper = ctx.helper("t5_bias", T5_BIAS)
     args = (f"{t}, {s}, {int(ctx.attr('buckets'))}, {int(ctx.attr('max_distance'))}, "
             f"{bool(ctx.attr('bidirectional'))}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from irc.backends.common.kernel import A2, A3, A4, I1, I64, Kernel
 from irc.backends.cpu.jit import jit
+from irc.backends.cpu.render.attention import t5_bucket_helper
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.decode_common import positions, raise_bad, row
 
@@ -99,21 +100,9 @@ def render_positional_at(ctx: NodeCtx) -> None:
 T5_REL_LINE = '''\
 def t5_rel_line(table, nq, nk, num_buckets, max_distance, bidirectional):
     """table[bucket(r), h] for every relative position r = j - i, j < nk, i < nq (row r + nq - 1):
-    a C-contiguous [nq + nk - 1, heads] float32 array (T5's bucket rule, as the reference computes it)."""
+    a C-contiguous [nq + nk - 1, heads] float32 array."""
     rel = np.arange(-(nq - 1), nk, dtype=np.int64)
-    bucket = np.zeros(rel.size, np.int64)
-    if bidirectional:
-        num_buckets //= 2
-        bucket += (rel > 0).astype(np.int64) * num_buckets
-        rel = np.abs(rel)
-    else:
-        rel = -np.minimum(rel, 0)
-    max_exact = num_buckets // 2
-    safe = np.maximum(rel, 1).astype(np.float64)  # the log is only read where rel >= max_exact
-    large = max_exact + (np.log(safe / max_exact) / math.log(max_distance / max_exact)
-                         * (num_buckets - max_exact)).astype(np.int64)
-    large = np.minimum(large, num_buckets - 1)
-    return np.ascontiguousarray(table[bucket + np.where(rel < max_exact, rel, large)], dtype=np.float32)
+    return np.ascontiguousarray(table[t5_bucket_of(rel, num_buckets, max_distance, bidirectional)], dtype=np.float32)
 '''
 
 REL_AT = """\
@@ -139,7 +128,7 @@ def render_rel_position_bias_at(ctx: NodeCtx) -> None:
     only reads each row's band of it at its offset."""
     _, _, t, keys = ctx.out_shape()
     nq = keys + t  # a query may sit at any position up to keys + T - 1 (pos <= keys)
-    helper = ctx.helper("t5_rel_line", T5_REL_LINE)
+    helper = t5_bucket_helper(ctx, "t5_rel_line", T5_REL_LINE)
     args = (f"{nq}, {keys}, {int(ctx.attr('buckets'))}, {int(ctx.attr('max_distance'))}, "
             f"{bool(ctx.attr('bidirectional'))}")
     line = ctx.derive(f"~t5_rel_line({ctx.weight_key('weight')}, {args})", f"{helper}({ctx.weight('weight')}, {args})")

@@ -85,9 +85,9 @@ def rel_position_bias_grad(dy, num_buckets, max_distance, bidirectional, out):
 
 
 def render_rel_position_bias_grad(ctx: NodeCtx) -> None:
-    from irc.backends.cpu.render.attention import T5_BUCKETS
+    from irc.backends.cpu.render.attention import t5_bucket_helper
 
-    ctx.helper("t5_buckets", T5_BUCKETS)
+    t5_bucket_helper(ctx)
     helper = ctx.helper("rel_position_bias_grad", REL_BIAS_GRAD)
     out = ctx.alloc()
     ctx.emit(f"{helper}({ctx.args[0]}, {int(ctx.attr('buckets'))}, {int(ctx.attr('max_distance'))}, "
