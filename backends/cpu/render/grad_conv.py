@@ -24,11 +24,14 @@ from irc.ops.resample import scales
 
 JIT = jit()
 
-IM2COL = f"""\
-{DEVICE_JIT}
-def grad_im2col(src, col, c0, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw):
-    # col[(c, ki, kj), (oi, oj)] = src[c0 + c, oi·sh − ph + ki·dh, oj·sw − pw + kj·dw], 0 outside src
-    hi, wi = src.shape[1], src.shape[2]
+# col[(c, ki, kj), (oi, oj)] pairs with img[c0 + c, oi·sh − ph + ki·dh, oj·sw − pw + kj·dw]: im2col reads
+# that pixel (0 outside img), col2im is its adjoint and adds the column back; one loop nest serves both
+_COLUMN_LOOP = """\
+{jit}
+def {name}(src, dst, c0, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw):
+    # {what}
+    col, img = {col_img}
+    hi, wi = img.shape[1], img.shape[2]
     khw = kh * kw
     for r in range(col.shape[0]):
         c = c0 + r // khw
@@ -38,34 +41,22 @@ def grad_im2col(src, col, c0, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw):
             ii = oi * sh - ph + ki * dh
             base = oi * wo
             if ii < 0 or ii >= hi:
-                for oj in range(wo):
-                    col[r, base + oj] = np.float32(0.0)
-                continue
+{outside}                continue
             for oj in range(wo):
                 jj = oj * sw - pw + kj * dw
-                col[r, base + oj] = src[c, ii, jj] if 0 <= jj < wi else np.float32(0.0)
+{inside}
 """
 
-COL2IM = f"""\
-{DEVICE_JIT}
-def grad_col2im(col, dst, c0, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw):
-    # the adjoint of grad_im2col: dst[c0 + c, ii, jj] += col[(c, ki, kj), (oi, oj)]
-    hi, wi = dst.shape[1], dst.shape[2]
-    khw = kh * kw
-    for r in range(col.shape[0]):
-        c = c0 + r // khw
-        ki = (r // kw) % kh
-        kj = r % kw
-        for oi in range(ho):
-            ii = oi * sh - ph + ki * dh
-            if ii < 0 or ii >= hi:
-                continue
-            base = oi * wo
-            for oj in range(wo):
-                jj = oj * sw - pw + kj * dw
-                if 0 <= jj < wi:
-                    dst[c, ii, jj] += col[r, base + oj]
-"""
+IM2COL = _COLUMN_LOOP.format(
+    jit=DEVICE_JIT, name="grad_im2col", what="col = im2col(img): src is the image, dst the columns",
+    col_img="dst, src",
+    outside="                for oj in range(wo):\n                    col[r, base + oj] = np.float32(0.0)\n",
+    inside="                col[r, base + oj] = img[c, ii, jj] if 0 <= jj < wi else np.float32(0.0)")
+
+COL2IM = _COLUMN_LOOP.format(
+    jit=DEVICE_JIT, name="grad_col2im", what="img += col2im(col), the adjoint: src is the columns, dst the image",
+    col_img="src, dst", outside="",
+    inside="                if 0 <= jj < wi:\n                    img[c, ii, jj] += col[r, base + oj]")
 
 CONV_GRAD = """\
 {jit}

@@ -17,6 +17,7 @@ from irc.backends.common.kernel import A1, A2, A3, F32, I64, Kernel
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
+from irc.backends.cpu.render.mathfns import DEVICE_JIT
 from irc.backends.literals import f32_literal
 
 JIT = jit(fastmath=True)
@@ -115,6 +116,24 @@ def render_rmsnorm_grad(ctx: NodeCtx) -> None:
 
 
 # [outer, C, inner]: channel c pools x[:, c, :]. Statistics and the gradient's sums in float64.
+CHANNEL_MOMENTS = f"""\
+{DEVICE_JIT}
+def channel_moments(x, c):
+    # channel c of x [outer, C, inner]: its mean and the sum of squared deviations from it (two passes)
+    no, _, ni = x.shape
+    s = 0.0
+    for o in range(no):
+        for i in range(ni):
+            s += np.float64(x[o, c, i])
+    mu = s / (no * ni)
+    q = 0.0
+    for o in range(no):
+        for i in range(ni):
+            t = np.float64(x[o, c, i]) - mu
+            q += t * t
+    return mu, q
+"""
+
 BATCHNORM_GRAD = """\
 {jit}
 def k_batchnorm_grad(x, dy, g, mean, var, dx, dg, db, eps, train):
@@ -122,16 +141,7 @@ def k_batchnorm_grad(x, dy, g, mean, var, dx, dg, db, eps, train):
     m = no * ni
     for c in prange(nc):
         if train:
-            s = 0.0
-            for o in range(no):
-                for i in range(ni):
-                    s += np.float64(x[o, c, i])
-            mu = s / m
-            q = 0.0
-            for o in range(no):
-                for i in range(ni):
-                    t = np.float64(x[o, c, i]) - mu
-                    q += t * t
+            mu, q = channel_moments(x, c)
             v = q / m
         else:
             mu = np.float64(mean[c])
@@ -172,16 +182,7 @@ def k_batchnorm_train(x, g, b, out, bmean, bvar, eps):
     no, nc, ni = x.shape
     m = no * ni
     for c in prange(nc):
-        s = 0.0
-        for o in range(no):
-            for i in range(ni):
-                s += np.float64(x[o, c, i])
-        mu = s / m
-        q = 0.0
-        for o in range(no):
-            for i in range(ni):
-                t = np.float64(x[o, c, i]) - mu
-                q += t * t
+        mu, q = channel_moments(x, c)
         v = q / m
         inv = 1.0 / np.sqrt(v + np.float64(eps))
         scale = np.float32(inv * np.float64(g[c]))
@@ -203,6 +204,8 @@ def _channel_view(ctx: NodeCtx) -> tuple[str, int]:
 def render_batchnorm_grad(ctx: NodeCtx) -> None:
     view, c = _channel_view(ctx)
     train = bool(ctx.attr("train", False))
+    if train:
+        ctx.parts.device("channel_moments", CHANNEL_MOMENTS)
     k = ctx.kernel(Kernel("k_batchnorm_grad", BATCHNORM_GRAD.format(jit=JIT),
                           (A3, A3, A1, A1, A1, A3, A1, A1, F32, I64)))
     dx = ctx.alloc(0)
@@ -221,6 +224,7 @@ def render_batchnorm(ctx: NodeCtx) -> None:
         norm.render_batchnorm(ctx)
         return
     view, c = _channel_view(ctx)
+    ctx.parts.device("channel_moments", CHANNEL_MOMENTS)
     k = ctx.kernel(Kernel("k_batchnorm_train", BATCHNORM_TRAIN.format(jit=JIT), (A3, A1, A1, A3, A1, A1, F32)))
     out = ctx.alloc(0)
     mean, var = ctx.alloc(1), ctx.alloc(2)
