@@ -204,8 +204,7 @@ def _channel_view(ctx: NodeCtx) -> tuple[str, int]:
 def render_batchnorm_grad(ctx: NodeCtx) -> None:
     view, c = _channel_view(ctx)
     train = bool(ctx.attr("train", False))
-    if train:
-        ctx.parts.device("channel_moments", CHANNEL_MOMENTS)
+    ctx.parts.device("channel_moments", CHANNEL_MOMENTS)  # the kernel's train branch names it either way
     k = ctx.kernel(Kernel("k_batchnorm_grad", BATCHNORM_GRAD.format(jit=JIT),
                           (A3, A3, A1, A1, A1, A3, A1, A1, F32, I64)))
     dx = ctx.alloc(0)
