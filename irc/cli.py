@@ -266,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="text", choices=["text", "json", "sarif"],
                    help="text diagnostics on stderr (default), or a JSON / SARIF 2.1.0 report on stdout")
     p.add_argument("-o", "--output", help="write the --format json|sarif report here instead of stdout")
+    gr = p.add_argument_group("measure (docs/lints.md#--measure)")  # the flags and defaults of analyze --gradients
+    gr.add_argument("--measure", action="store_true",
+                    help="add to the gradient lints the figure irc analyze --gradients measures at initialisation")
+    gr.add_argument("--seed", type=int, help="seed of the initial weights and random batches (default 0)")
+    gr.add_argument("--batches", type=int, metavar="N", help="random batches to average over (default 3)")
     _warnings(p)
     p.set_defaults(func=_lazy("irc.lint.cli", "cmd_lint"))
 

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from irc.diagnostics import UsageError
+from irc.diagnostics import IrcError, UsageError
 
 FORMATS = ("table", "csv", "md", "json")
 _DTYPES = ["f32", "bf16", "f16", "int8"]
@@ -159,6 +159,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _roofline(analysis, args, source, given, hardware)
     gradients = None
     if args.gradients:
+        from irc.analysis.gradient_limits import ANALYZE, refusal
         from irc.analysis.gradients import measure_gradients
 
         if args.gradients_plot is not None:  # refuse a plot that cannot be drawn before measuring
@@ -168,7 +169,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             check_output_path(args.gradients_plot, FLAG)
             refuse_overwriting_input(args.gradients_plot, {"model file": args.file}, FLAG)
             require_matplotlib()
-        gradients = measure_gradients(graph, args.loss, args.seed or 0, 3 if args.batches is None else args.batches)
+        why = refusal(analysis.totals, ANALYZE)
+        if why is not None:
+            raise IrcError(f"--gradients: not measured: {why}", graph.loc)
+        chosen = {k: v for k, v in (("seed", args.seed), ("batches", args.batches)) if v is not None}
+        gradients = measure_gradients(graph, args.loss, **chosen)
         if args.gradients_plot is not None:
             from irc.analysis.gradient_plot import write_plot
 

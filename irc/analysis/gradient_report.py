@@ -14,11 +14,13 @@ from irc.analysis.gradients import VANISHING, DepthProfile, GradientReport, Time
 _MAX_STEPS = 12  # rows of a time profile in the table (the JSON has every step)
 
 
-def _g(x: float | None) -> str:
+def fmt_g(x: float | None) -> str:
+    """A measured figure as the table and ``irc lint --measure`` print it: 3 significant digits, — if absent."""
     return "—" if x is None or not isfinite(x) else f"{x:.3g}"
 
 
-def _j(x: float | None) -> float | None:
+def jnum(x: float | None) -> float | None:
+    """A measured figure as JSON carries it: 6 significant digits, null if absent or not finite."""
     return None if x is None or not isfinite(x) else float(f"{x:.6g}")
 
 
@@ -44,12 +46,12 @@ def _steps(count: int) -> list[int]:
     return sorted({round(i * stride) for i in range(_MAX_STEPS)})
 
 
-def _depth_summary(d: DepthProfile) -> str:
+def depth_summary(d: DepthProfile) -> str:
     parts = []
     if d.activation_first_to_last() is not None:
-        parts.append(f"‖∂L/∂h‖ {_g(d.activation_first_to_last())} (×{_g(d.activation_factor())} per block)")
+        parts.append(f"‖∂L/∂h‖ {fmt_g(d.activation_first_to_last())} (×{fmt_g(d.activation_factor())} per block)")
     if d.weight_first_to_last() is not None:
-        parts.append(f"‖∂L/∂W‖ {_g(d.weight_first_to_last())} (×{_g(d.weight_factor())} per block)")
+        parts.append(f"‖∂L/∂W‖ {fmt_g(d.weight_first_to_last())} (×{fmt_g(d.weight_factor())} per block)")
     return "  first/last: " + ("; ".join(parts) if parts else "—")
 
 
@@ -60,13 +62,13 @@ def verdict_line(r: GradientReport) -> str:
         v = d.verdict()
         if v:
             what = "‖∂L/∂h‖" if d.measure == "activation" else "‖∂L/∂W‖"
-            found.append(f"{v} through {d.stack}: {what} of {d.blocks[0].block} is {_g(d.first_to_last())} × "
-                         f"{d.blocks[-1].block}'s (×{_g(d.factor())} per block)")
+            found.append(f"{v} through {d.stack}: {what} of {d.blocks[0].block} is {fmt_g(d.first_to_last())} × "
+                         f"{d.blocks[-1].block}'s (×{fmt_g(d.factor())} per block)")
     for t in r.time:
         v = t.verdict()
         if v:
-            found.append(f"{v} through time in {t.layer}: ‖∂L/∂x_1‖ is {_g(t.first_to_last())} × ‖∂L/∂x_T‖ "
-                         f"(×{_g(t.factor())} per step over {len(t.grad_norms)})")
+            found.append(f"{v} through time in {t.layer}: ‖∂L/∂x_1‖ is {fmt_g(t.first_to_last())} × ‖∂L/∂x_T‖ "
+                         f"(×{fmt_g(t.factor())} per step over {len(t.grad_norms)})")
     if found:
         return "verdict: " + "; ".join(found)
     if not r.depth and not r.time:
@@ -78,29 +80,29 @@ def verdict_line(r: GradientReport) -> str:
 def to_text(r: GradientReport) -> str:
     out = ["gradients at initialisation (NumPy reference, float64)",
            f"  loss {r.loss} ({r.loss_source}); seed {r.seed}, {r.batches} batch{'es' if r.batches != 1 else ''}: "
-           f"mean loss {_g(r.loss_value)}",
+           f"mean loss {fmt_g(r.loss_value)}",
            "  weights by the records' init rules; inputs as irc run --seed draws them (seed + batch); "
            "norms are Frobenius norms averaged over the batches", ""]
-    rows = [[w.key, _shape(w.shape), _g(w.weight_norm), _g(w.grad_norm), _g(w.ratio)] for w in r.weights]
+    rows = [[w.key, _shape(w.shape), fmt_g(w.weight_norm), fmt_g(w.grad_norm), fmt_g(w.ratio)] for w in r.weights]
     out += _table(["weight", "shape", "‖W‖", "‖∂L/∂W‖", "‖∂L/∂W‖/‖W‖"], rows, {2, 3, 4})
     if r.inputs:
-        out += ["", *_table(["input", "‖∂L/∂x‖"], [[k, _g(v)] for k, v in r.inputs.items()], {1})]
+        out += ["", *_table(["input", "‖∂L/∂x‖"], [[k, fmt_g(v)] for k, v in r.inputs.items()], {1})]
     for d in r.depth:
         what = "blocks" if d.stack != "layers" else "layers in order"
         out += ["", f"depth: {d.stack} ({len(d.blocks)} {what}; h = the block's output)"]
-        rows = [[b.block, _g(b.grad_norm), _g(b.activation_grad_norm), _g(b.activation_var), b.value or "—"]
+        rows = [[b.block, fmt_g(b.grad_norm), fmt_g(b.activation_grad_norm), fmt_g(b.activation_var), b.value or "—"]
                 for b in d.blocks]
         out += _table(["block", "‖∂L/∂W‖", "‖∂L/∂h‖", "var(h)", "h"], rows, {1, 2, 3})
-        out.append(_depth_summary(d))
+        out.append(depth_summary(d))
     for t in r.time:
         out += ["", f"time: {t.layer} ({t.op}, {len(t.grad_norms)} steps, input {t.value}, loss {t.loss_at})"]
-        out += _table(["step", "‖∂L/∂x_t‖"], [[str(i + 1), _g(t.grad_norms[i])] for i in _steps(len(t.grad_norms))],
+        out += _table(["step", "‖∂L/∂x_t‖"], [[str(i + 1), fmt_g(t.grad_norms[i])] for i in _steps(len(t.grad_norms))],
                       {0, 1})
-        out.append(f"  first/last: {_g(t.first_to_last())} (×{_g(t.factor())} per step)")
+        out.append(f"  first/last: {fmt_g(t.first_to_last())} (×{fmt_g(t.factor())} per step)")
     if r.rectifiers:
         out += ["", *_rectifier_table(r.rectifiers)]
     for v, (g, var) in r.probes.items():
-        out.append(f"probe {v}: ‖∂L/∂v‖ {_g(g)}, var(v) {_g(var)}")
+        out.append(f"probe {v}: ‖∂L/∂v‖ {fmt_g(g)}, var(v) {fmt_g(var)}")
     out += ["", verdict_line(r)]
     return "\n".join(out) + "\n"
 
@@ -118,31 +120,31 @@ def _rectifier_table(rows: list[RectifierUnits]) -> list[str]:
     return [head, *_table(["layer", "op", "pre-activation", "units", "dead", "dead %", "≤ 0 %"], cells, {3, 4, 5, 6})]
 
 
-def _rectifier_json(r: RectifierUnits) -> dict[str, Any]:
+def rectifier_json(r: RectifierUnits) -> dict[str, Any]:
     return {"layer": r.layer, "op": r.op, "block": r.block, "value": r.value, "units": r.units,
-            "samples": r.samples, "dead": r.dead, "dead_fraction": _j(r.dead_fraction),
-            "nonpositive_fraction": _j(r.nonpositive_fraction)}
+            "samples": r.samples, "dead": r.dead, "dead_fraction": jnum(r.dead_fraction),
+            "nonpositive_fraction": jnum(r.nonpositive_fraction)}
 
 
-def _depth_json(d: DepthProfile) -> dict[str, Any]:
+def depth_json(d: DepthProfile) -> dict[str, Any]:
     return {
         "stack": d.stack,
         "measure": d.measure,
-        "first_to_last": _j(d.first_to_last()),
-        "factor_per_block": _j(d.factor()),
-        "activation_first_to_last": _j(d.activation_first_to_last()),
-        "weight_first_to_last": _j(d.weight_first_to_last()),
+        "first_to_last": jnum(d.first_to_last()),
+        "factor_per_block": jnum(d.factor()),
+        "activation_first_to_last": jnum(d.activation_first_to_last()),
+        "weight_first_to_last": jnum(d.weight_first_to_last()),
         "verdict": d.verdict(),
-        "blocks": [{"block": b.block, "weight_norm": _j(b.weight_norm), "grad_norm": _j(b.grad_norm),
-                    "value": b.value, "activation_grad_norm": _j(b.activation_grad_norm),
-                    "activation_var": _j(b.activation_var)} for b in d.blocks],
+        "blocks": [{"block": b.block, "weight_norm": jnum(b.weight_norm), "grad_norm": jnum(b.grad_norm),
+                    "value": b.value, "activation_grad_norm": jnum(b.activation_grad_norm),
+                    "activation_var": jnum(b.activation_var)} for b in d.blocks],
     }
 
 
-def _time_json(t: TimeProfile) -> dict[str, Any]:
+def time_json(t: TimeProfile) -> dict[str, Any]:
     return {"layer": t.layer, "op": t.op, "value": t.value, "loss_at": t.loss_at, "steps": len(t.grad_norms),
-            "first_to_last": _j(t.first_to_last()), "factor_per_step": _j(t.factor()), "verdict": t.verdict(),
-            "grad_norms": [_j(x) for x in t.grad_norms]}
+            "first_to_last": jnum(t.first_to_last()), "factor_per_step": jnum(t.factor()), "verdict": t.verdict(),
+            "grad_norms": [jnum(x) for x in t.grad_norms]}
 
 
 def to_json(r: GradientReport) -> dict[str, Any]:
@@ -153,13 +155,13 @@ def to_json(r: GradientReport) -> dict[str, Any]:
         "seed": r.seed,
         "batches": r.batches,
         "dtype": "f64",
-        "loss_value": _j(r.loss_value),
-        "weights": [{"key": w.key, "shape": list(w.shape), "block": w.block, "weight_norm": _j(w.weight_norm),
-                     "grad_norm": _j(w.grad_norm), "ratio": _j(w.ratio)} for w in r.weights],
-        "inputs": [{"name": k, "grad_norm": _j(v)} for k, v in r.inputs.items()],
-        "depth": [_depth_json(d) for d in r.depth],
-        "time": [_time_json(t) for t in r.time],
-        "rectifiers": [_rectifier_json(x) for x in r.rectifiers],
+        "loss_value": jnum(r.loss_value),
+        "weights": [{"key": w.key, "shape": list(w.shape), "block": w.block, "weight_norm": jnum(w.weight_norm),
+                     "grad_norm": jnum(w.grad_norm), "ratio": jnum(w.ratio)} for w in r.weights],
+        "inputs": [{"name": k, "grad_norm": jnum(v)} for k, v in r.inputs.items()],
+        "depth": [depth_json(d) for d in r.depth],
+        "time": [time_json(t) for t in r.time],
+        "rectifiers": [rectifier_json(x) for x in r.rectifiers],
         "verdict": _overall(verdicts),
         "verdict_line": verdict_line(r).removeprefix("verdict: "),
     }

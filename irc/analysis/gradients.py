@@ -460,8 +460,9 @@ def _time_norms(step: Step, weights: dict[str, np.ndarray], inputs: dict[str, np
         targets = inputs[step.targets].copy()
         if step.loss_node.op == "cross_entropy":
             targets[:, :-1] = step.loss_node.attrs.get("ignore_index", -100)
-        else:  # a target equal to the prediction contributes no gradient
-            pred = _prediction(step, weights, inputs)
+        else:  # a target equal to the prediction contributes no gradient (in float64: a float32 copy of it
+            pred = _prediction(step, weights, inputs)  # would round, and leave a floor of gradient at every step)
+            targets = targets.astype(np.float64)
             targets[:, :-1] = pred[:, :-1]
         inputs[step.targets] = targets
         out = run_step(step, weights, inputs)

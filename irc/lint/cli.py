@@ -6,6 +6,10 @@ table for ``analyze``, and for ``lint`` the ``--format json|sarif`` report or th
 ``--explain`` text. The exit status is 1 only when ``-W error`` made a warning an error.
 ``print_lints`` lets ``compile --lint`` and ``analyze --lint`` print the same text.
 
+``--measure`` (irc/lint/measure.py) adds to each warning that states a claim about gradients at
+initialisation the figure ``irc analyze --gradients`` measures for it, as one more note (text) or a
+``measured`` field (json, sarif); without it the output is what it always was.
+
 A warning located inside the standard library (``<lib>/transformer.arch``) is not the user's to
 fix there: it is moved to the user's call of that library block, with the library line as a note.
 """
@@ -18,7 +22,7 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from irc.diagnostics import SOURCES, Loc, UsageError, use_color
 from irc.graph import Graph
@@ -26,6 +30,9 @@ from irc.lint import RULES, lint_graph
 from irc.lint.options import Policy, parse_flags, resolve_code
 from irc.lint.render import lint_json, lint_sarif, render_warning, summary
 from irc.lint.warning import LintWarning
+
+if TYPE_CHECKING:  # irc.lint.measure loads the gradient analysis: only under --measure
+    from irc.lint.measure import MeasureOptions
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "lints.md"
 
@@ -58,14 +65,23 @@ def user_facing(graph: Graph, warnings: list[LintWarning]) -> list[LintWarning]:
     return out
 
 
-def shown_warnings(graph: Graph, policy: Policy, context: int | None = None) -> list[LintWarning]:
-    return user_facing(graph, [w for w in lint_graph(graph, context) if policy.shown(w.code)])
+def shown_warnings(graph: Graph, policy: Policy, context: int | None = None,
+                   measure: MeasureOptions | None = None) -> list[LintWarning]:
+    """The warnings ``policy`` shows, at the user's call sites; with ``measure``, their measured figures
+    too (a silenced warning is not measured, so -W no-CODE also saves the run)."""
+    shown = user_facing(graph, [w for w in lint_graph(graph, context) if policy.shown(w.code)])
+    if measure is None:
+        return shown
+    from irc.lint.measure import attach_measurements
+
+    return attach_measurements(graph, shown, measure, context)
 
 
-def print_lints(graph: Graph, flags: list[str] | None, stream: TextIO, context: int | None = None) -> int:
+def print_lints(graph: Graph, flags: list[str] | None, stream: TextIO, context: int | None = None,
+                measure: MeasureOptions | None = None) -> int:
     """Render ``graph``'s warnings to ``stream`` under the ``-W`` flags; 1 if any is an error."""
     policy = parse_flags(flags)
-    shown = shown_warnings(graph, policy, context)
+    shown = shown_warnings(graph, policy, context, measure)
     errors = 0
     for w in shown:
         error = policy.is_error(w.code)
@@ -93,12 +109,29 @@ def explain(text: str) -> str:
     return out + f"(the full explanation is in docs/lints.md, section '{code} {rule.name}')\n"
 
 
+def _measure_options(args: argparse.Namespace) -> MeasureOptions | None:
+    """--measure's options; --seed and --batches without it are a usage error, as analyze's are without
+    --gradients."""
+    seed, batches = getattr(args, "seed", None), getattr(args, "batches", None)
+    if not getattr(args, "measure", False):
+        if seed is not None or batches is not None:
+            raise UsageError("--seed and --batches describe the gradient measurement: add --measure")
+        return None
+    if args.list or args.explain:
+        raise UsageError("--measure measures a model's warnings; --list and --explain describe the rules and "
+                         "measure nothing: drop one")
+    from irc.lint.measure import MeasureOptions
+
+    return MeasureOptions(seed, batches)
+
+
 def cmd_lint(args: argparse.Namespace) -> int:
     from irc.cli import write_output
     from irc.pipeline import load_graph, parse_defines
 
     policy_flags = list(getattr(args, "warnings", []) or [])
     policy = parse_flags(policy_flags)  # a bad -W is a usage error before any work
+    measure = _measure_options(args)
     about_rules = bool(args.list or args.explain)
     if (args.file is None) != about_rules:
         raise UsageError("lint takes a model file, or --list, or --explain CODE (--list and --explain describe "
@@ -110,8 +143,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
     if args.format == "text":
         if args.output:
             raise UsageError("-o writes the --format json|sarif report; text diagnostics go to stderr")
-        return print_lints(graph, policy_flags, sys.stderr)
-    shown = shown_warnings(graph, policy)
+        return print_lints(graph, policy_flags, sys.stderr, measure=measure)
+    shown = shown_warnings(graph, policy, measure=measure)
     severities = ["error" if policy.is_error(w.code) else "warning" for w in shown]
     report = (lint_json(graph.name, args.file, shown, severities) if args.format == "json"
               else lint_sarif(shown, severities))

@@ -21,6 +21,8 @@ def render_warning(w: LintWarning, severity: str = "warning", color: bool = Fals
     if w.loc is not None:  # the source line, its span underlined (^~~~), as errors show it
         lines.extend(excerpt(w.loc, color))
     lines.append(f"{_paint('note:', 'note', color)} {_message(w.mechanism)}")
+    if w.measured is not None:  # --measure: the figure right after the claim it checks
+        lines.append(f"{_paint('note:', 'note', color)} {_message(w.measured.text)}")
     lines.extend(f"{_paint('note:', 'note', color)} {_message(n)}" for n in w.notes)
     lines.append(f"{_paint('help:', 'note', color)} {_message(w.fix)}")
     return "\n".join(lines)
@@ -35,11 +37,16 @@ def summary(warnings: int, errors: int) -> str:
     return " and ".join(parts) + " generated." if parts else ""
 
 
+def _measured_json(w: LintWarning) -> dict[str, Any]:
+    """``{"measured": {...}}`` under --measure, else nothing: the report without it is unchanged."""
+    return {} if w.measured is None else {"measured": {"text": w.measured.text, **w.measured.fields}}
+
+
 def _warning_json(w: LintWarning, severity: str) -> dict[str, Any]:
     return {"code": w.code, "name": w.name, "severity": severity,
             "file": w.loc.file if w.loc else None, "line": w.loc.line if w.loc else None,
             "column": w.loc.col if w.loc else None, "message": w.message, "mechanism": w.mechanism,
-            "notes": list(w.notes), "fix": w.fix}
+            "notes": list(w.notes), "fix": w.fix, **_measured_json(w)}
 
 
 def lint_json(model: str, file: str, warnings: list[LintWarning], severities: list[str]) -> dict[str, Any]:
@@ -61,7 +68,7 @@ def lint_sarif(warnings: list[LintWarning], severities: list[str]) -> dict[str, 
         result: dict[str, Any] = {
             "ruleId": w.code, "ruleIndex": codes.index(w.code), "level": severity,
             "message": {"text": f"{w.message}. {w.mechanism}. Fix: {w.fix}"},
-            "properties": {"mechanism": w.mechanism, "fix": w.fix, "notes": list(w.notes)},
+            "properties": {"mechanism": w.mechanism, "fix": w.fix, "notes": list(w.notes), **_measured_json(w)},
         }
         if w.loc is not None:
             region = {"startLine": w.loc.line, "startColumn": w.loc.col}
