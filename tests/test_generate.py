@@ -17,43 +17,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import transformers
 from conftest import run_irc
+from generate_models import NAMES, NEW, PROMPT, hf_greedy, imported
 
 from irc.pipeline import load_graph
 from irc.runtime.compare import rel_error
 from irc.runtime.generate import Decoder, Sampling, generate, pick
 from irc.runtime.weights import load_for_model
 
-VOCAB = 96
-LLAMA = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=64)
-MAKERS = {
-    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2,
-                                                                        n_positions=64, vocab_size=VOCAB)),
-    "llama_gqa": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA, num_key_value_heads=2)),
-    # a window of 5 with 7 + 12 tokens: the rolling buffer wraps several times
-    "mistral": lambda: transformers.MistralForCausalLM(transformers.MistralConfig(**LLAMA, num_key_value_heads=2,
-                                                                                  sliding_window=5)),
-}
-PROMPT = [5, 17, 3, 44, 12, 9, 30]
-NEW = 12
 
-
-@pytest.fixture(scope="module", params=sorted(MAKERS))
+@pytest.fixture(scope="module", params=NAMES)
 def model(request, tmp_path_factory):
-    name = request.param
-    root = tmp_path_factory.mktemp(name)
-    torch.manual_seed(0)
-    hf = MAKERS[name]().eval()
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # off HF's init (zero biases, unit gains), where a wrong mapping would not show
-        for _, p in sorted(hf.named_parameters()):
-            p.add_(torch.randn(p.shape, generator=gen) * 0.2)
-    hf.save_pretrained(root / "ckpt")
-    result = run_irc(["import", str(root / "ckpt"), "-o", str(root / f"{name}.arch")])
-    assert result.rc == 0, result.err
-    return name, hf, root
+    return imported(request.param, 64, tmp_path_factory.mktemp(request.param))
 
 
 def _decoder(root: Path, name: str, batch: int, ctx: int, cache_dtype: str = "f32", dtype=np.float64) -> Decoder:
@@ -62,17 +37,10 @@ def _decoder(root: Path, name: str, batch: int, ctx: int, cache_dtype: str = "f3
     return Decoder(load_graph(arch, {"B": batch}), weights, batch, ctx, cache_dtype, dtype)
 
 
-def _hf_greedy(hf, prompt: list[int], new: int) -> list[int]:
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=new, min_new_tokens=new,
-                          pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
-    return out[0, len(prompt):].tolist()
-
-
 def test_greedy_equals_hf_generate(model) -> None:
     name, hf, root = model
     got = generate(_decoder(root, name, 1, len(PROMPT) + NEW), [PROMPT], NEW)
-    assert got.tokens == [_hf_greedy(hf, PROMPT, NEW)]
+    assert got.tokens == [hf_greedy(hf, PROMPT, NEW)]
     assert got.prefill_tokens == len(PROMPT) and got.decode_tokens == NEW - 1
 
 
@@ -80,7 +48,7 @@ def test_batch_of_prompts_of_different_lengths(model) -> None:
     name, hf, root = model
     prompts = [PROMPT, [40, 2], [7, 7, 1, 90, 3, 3, 8, 61, 22, 5]]
     got = generate(_decoder(root, name, 3, 10 + 8, dtype=np.float32), prompts, 8)
-    assert got.tokens == [_hf_greedy(hf, p, 8) for p in prompts]
+    assert got.tokens == [hf_greedy(hf, p, 8) for p in prompts]
 
 
 def test_every_step_equals_a_full_forward_pass(model) -> None:
@@ -130,7 +98,7 @@ def test_cli_streams_hf_greedy_tokens(model) -> None:
     result = run_irc(["generate", str(root / f"{name}.arch"), "--weights", str(root / "ckpt"),
                       "--prompt-tokens", ",".join(map(str, PROMPT)), "--max-new", str(NEW)])
     assert result.rc == 0, result.err
-    assert [int(t) for t in result.out.split()] == _hf_greedy(hf, PROMPT, NEW)
+    assert [int(t) for t in result.out.split()] == hf_greedy(hf, PROMPT, NEW)
     assert "tokens/s" in result.err and "KV cache" in result.err
 
 
@@ -165,7 +133,7 @@ def test_sampling_is_reproducible_from_the_seed(model) -> None:
 
 def test_stop_token_ends_a_row(model) -> None:
     name, hf, root = model
-    want = _hf_greedy(hf, PROMPT, NEW)
+    want = hf_greedy(hf, PROMPT, NEW)
     stop = want[3]
     got = generate(_decoder(root, name, 1, 19), [PROMPT], NEW, stop=frozenset({stop})).tokens[0]
     assert got == want[: want.index(stop) + 1]

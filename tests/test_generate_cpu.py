@@ -19,6 +19,7 @@ import pytest
 import torch
 import transformers
 from conftest import run_irc
+from generate_models import NAMES, NEW, PROMPT, VOCAB, hf_greedy, imported, perturbed
 
 from irc.diagnostics import IrcError
 from irc.pipeline import load_graph
@@ -26,39 +27,10 @@ from irc.runtime.compare import rel_error
 from irc.runtime.generate import Decoder, generate
 from irc.runtime.weights import load_for_model
 
-VOCAB = 96
-LLAMA = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=128)
-MAKERS = {
-    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_head=4, n_layer=2,
-                                                                        n_positions=128, vocab_size=VOCAB)),
-    "llama_gqa": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA, num_key_value_heads=2)),
-    "mistral": lambda: transformers.MistralForCausalLM(transformers.MistralConfig(**LLAMA, num_key_value_heads=2,
-                                                                                  sliding_window=5)),
-}
-PROMPT = [5, 17, 3, 44, 12, 9, 30]
-NEW = 12
 
-
-def _perturbed(hf):
-    """Off HF's init (zero biases, unit gains), where a wrong weight mapping would not show."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for _, p in sorted(hf.named_parameters()):
-            p.add_(torch.randn(p.shape, generator=gen) * 0.2)
-    return hf.eval()
-
-
-@pytest.fixture(scope="module", params=sorted(MAKERS))
+@pytest.fixture(scope="module", params=NAMES)
 def model(request, tmp_path_factory):
-    name = request.param
-    root = tmp_path_factory.mktemp(name)
-    torch.manual_seed(0)
-    hf = _perturbed(MAKERS[name]())
-    hf.save_pretrained(root / "ckpt")
-    result = run_irc(["import", str(root / "ckpt"), "-o", str(root / f"{name}.arch")])
-    assert result.rc == 0, result.err
-    return name, hf, root
+    return imported(request.param, 128, tmp_path_factory.mktemp(request.param))
 
 
 def _decoder(root: Path, name: str, batch: int, ctx: int, backend: str = "cpu") -> Decoder:
@@ -73,20 +45,13 @@ def _poison(d: Decoder) -> None:
         cache.fill(np.nan)
 
 
-def _hf_greedy(hf, prompt: list[int], new: int) -> list[int]:
-    with torch.no_grad():
-        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=new, min_new_tokens=new,
-                          pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
-    return out[0, len(prompt):].tolist()
-
-
 def test_cpu_greedy_and_every_step_equal_hf(model) -> None:
     name, hf, root = model
     d = _decoder(root, name, 1, len(PROMPT) + NEW)
     _poison(d)
     before = {k: id(v) for k, v in d.caches.items()}
     got = generate(d, [PROMPT], NEW, keep_logits=True)
-    assert got.tokens == [_hf_greedy(hf, PROMPT, NEW)]
+    assert got.tokens == [hf_greedy(hf, PROMPT, NEW)]
     assert {k: id(v) for k, v in d.caches.items()} == before  # one buffer per cache for the whole generation
     seq = PROMPT + got.tokens[0]
     for i, logits in enumerate(got.step_logits):
@@ -101,7 +66,7 @@ def test_cpu_batch_of_prompts_of_different_lengths(model) -> None:
     d = _decoder(root, name, 3, 10 + 8)
     _poison(d)
     got = generate(d, prompts, 8)
-    assert got.tokens == [_hf_greedy(hf, p, 8) for p in prompts]
+    assert got.tokens == [hf_greedy(hf, p, 8) for p in prompts]
 
 
 def test_cpu_equals_the_numpy_reference_on_a_long_prompt(model) -> None:
@@ -123,7 +88,7 @@ def test_cpu_cli_streams_hf_greedy_tokens(model) -> None:
     result = run_irc(["generate", str(root / f"{name}.arch"), "--weights", str(root / "ckpt"), "--backend", "cpu",
                       "--prompt-tokens", ",".join(map(str, PROMPT)), "--max-new", str(NEW)])
     assert result.rc == 0, result.err
-    assert [int(t) for t in result.out.split()] == _hf_greedy(hf, PROMPT, NEW)
+    assert [int(t) for t in result.out.split()] == hf_greedy(hf, PROMPT, NEW)
     assert "compiled the prefill and step graphs" in result.err and "tokens/s" in result.err
 
 
@@ -161,7 +126,7 @@ SOURCE = [5, 17, 3, 44, 12, 9, 30, 2]
 def t5(tmp_path_factory):
     root = tmp_path_factory.mktemp("t5")
     torch.manual_seed(0)
-    hf = _perturbed(transformers.T5ForConditionalGeneration(transformers.T5Config(
+    hf = perturbed(transformers.T5ForConditionalGeneration(transformers.T5Config(
         vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
         relative_attention_max_distance=16, feed_forward_proj="relu")))
     hf.save_pretrained(root / "ckpt")
