@@ -21,7 +21,7 @@ from irc.ops.registry import COLUMNS, OpDef
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 ORACLE_MODULES = ("test_torch_oracle_layers", "test_torch_oracle_attention", "test_torch_oracle_recurrent",
-                  "test_t5_oracle", "test_torch_oracle_misc", "test_grad_ops")
+                  "test_t5_oracle", "test_torch_oracle_misc", "test_grad_ops", "test_grad_moe")
 ORACLE_GLOB = "test_ops_*.py"  # the new op families' oracle tests declare ORACLE_OPS too
 
 

@@ -15,6 +15,7 @@ from irc.backends.numpy_ref import (
     elementwise,
     embedding,
     experts,
+    experts_grad,
     fused_conv,
     grad,
     grad_layers,
@@ -35,7 +36,8 @@ OpFn = Any  # (node, args, weights) -> array | tuple of arrays
 OPS: dict[str, OpFn] = {
     **dense.OPS, **conv.OPS, **recurrent.OPS, **attention.OPS, **norm.OPS,
     **elementwise.OPS, **embedding.OPS, **shape.OPS, **primitives.OPS, **resample.OPS,
-    **grad.OPS, **grad_layers.OPS, **losses.OPS, **decode.OPS, **experts.OPS, **fused_conv.OPS,
+    **grad.OPS, **grad_layers.OPS, **losses.OPS, **decode.OPS, **experts.OPS, **experts_grad.OPS,
+    **fused_conv.OPS,
 }
 
 

@@ -9,6 +9,7 @@ from irc.ops import (  # noqa: F401
     embedding,
     fused_conv,
     grad_layers,
+    grad_moe,
     grad_ops,
     losses,
     mla,

@@ -104,6 +104,14 @@ def _init(a) -> dict[str, str]:
     return dict.fromkeys(names, "normal")
 
 
+def _vjp(b, n, dys):
+    """Its vector-Jacobian product lives with its backward primitive (irc/ops/grad_moe.py derives moe_grad from
+    this record, so it is imported when the grad pass first calls it)."""
+    from irc.ops.grad_moe import vjp_moe
+
+    return vjp_moe(b, n, dys)
+
+
 register(OpDef(
     "moe", ("x",),
     (
@@ -122,9 +130,7 @@ register(OpDef(
     doc="p = softmax(x·routerᵀ); the k largest p_e pick experts; y = Σ_e w_e·FFN_e(x) + shared FFN(x), "
         "w = p over the chosen (renormalised when norm_topk) times scale",
     cost=_cost, init=_init, internal=_internal, receptive=RF_LAST_AXIS,
-    classes=frozenset({"linear", "learned", "ffn", "moe"}), depth=2, inactive=_inactive,
-    na={"grad": "no vector-Jacobian product yet: it must send each token's gradient to its k experts and "
-                "through the chosen router probabilities (the top-k choice itself has none)",
-        "cuda": "the CUDA backend has no kernel that groups tokens by expert yet"},
+    classes=frozenset({"linear", "learned", "ffn", "moe"}), depth=2, inactive=_inactive, vjp=_vjp,
+    na={"cuda": "the CUDA backend has no kernel that groups tokens by expert yet"},
 ))
 

@@ -12,6 +12,7 @@ from irc.backends.common.kernel import A2, A3, I1, I64, Kernel
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
+from irc.backends.cpu.render.grad_moe import RENDERERS as MOE_GRAD
 from irc.backends.literals import str_literal
 
 JIT = jit()
@@ -98,4 +99,5 @@ RENDERERS = {
     "embedding_grad": render_embedding_grad,
     "position_grad": render_position_grad,
     "rel_position_bias_grad": render_rel_position_bias_grad,
+    **MOE_GRAD,  # the experts' tables of matrices (grad_moe.py)
 }
