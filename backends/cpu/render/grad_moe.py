@@ -22,7 +22,7 @@ from irc.backends.cpu.render.activations import act, register
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import gemm_call
 from irc.backends.cpu.render.grad_elementwise import DERIVATIVE, GELU_TANH_GRAD
-from irc.backends.cpu.render.moe import ROUTE
+from irc.backends.cpu.render.moe import route_kernel
 from irc.backends.literals import f32_literal
 
 JIT = jit()
@@ -129,14 +129,8 @@ def k_moe_route_grad(logits, chosen, dws, x, router, dlogits, drouter, dxr, norm
     n, e_n = logits.shape
     k = chosen.shape[1]
     for i in prange(n):
-        m = logits[i, 0]
-        for e in range(1, e_n):
-            m = max(m, logits[i, e])
-        total = np.float32(0.0)
         p = np.empty(e_n, np.float32)
-        for e in range(e_n):
-            p[e] = np.exp(logits[i, e] - m)
-            total += p[e]
+        total = moe_row_exp(logits, i, p)
         for e in range(e_n):
             p[e] = p[e] / total
         s = np.float32(0.0)
@@ -198,7 +192,7 @@ def render_moe_grad(ctx: NodeCtx) -> None:
               out_shape=(n, experts))
     ctx.emit(f"{chosen} = np.empty(({n}, {top_k}), np.int64)")
     ctx.emit(f"{cw} = np.empty(({n}, {top_k}), np.float32)")
-    route = ctx.kernel(Kernel("k_moe_route", ROUTE.format(jit=JIT), (A2, I2, A2, I64, F32)))
+    route = route_kernel(ctx)
     norm, scale = int(bool(ctx.attr("norm_topk"))), f32_literal(ctx.attr("scale"))
     ctx.emit(f"{route}({logits}, {chosen}, {cw}, {norm}, {scale})")
     k = _experts_grad_kernel(ctx, ctx.attr("act"), gated)

@@ -17,9 +17,26 @@ from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS, gemm_call, glu_kernel
+from irc.backends.cpu.render.mathfns import DEVICE_JIT
 from irc.backends.literals import f32_literal
 
 JIT = jit()
+
+# the router's softmax over one row, unnormalised, as the forward and the backward both compute it
+ROW_EXP = f"""\
+{DEVICE_JIT}
+def moe_row_exp(logits, i, p):
+    # p = exp(logits[i] − max): returns Σ p, so p / Σ p is the row's softmax
+    e_n = logits.shape[1]
+    m = logits[i, 0]
+    for e in range(1, e_n):
+        m = max(m, logits[i, e])
+    total = np.float32(0.0)
+    for e in range(e_n):
+        p[e] = np.exp(logits[i, e] - m)
+        total += p[e]
+    return total
+"""
 
 ROUTE = """\
 {jit}
@@ -28,14 +45,8 @@ def k_moe_route(logits, chosen, weights, norm, scale):
     n, e_n = logits.shape
     k = chosen.shape[1]
     for i in prange(n):
-        m = logits[i, 0]
-        for e in range(1, e_n):
-            m = max(m, logits[i, e])
-        total = np.float32(0.0)
         p = np.empty(e_n, np.float32)
-        for e in range(e_n):
-            p[e] = np.exp(logits[i, e] - m)
-            total += p[e]
+        total = moe_row_exp(logits, i, p)
         taken = np.zeros(e_n, np.bool_)
         s = np.float32(0.0)
         for j in range(k):
@@ -51,6 +62,12 @@ def k_moe_route(logits, chosen, weights, norm, scale):
             w = weights[i, j] / s if norm else weights[i, j]
             weights[i, j] = w * scale
 """
+
+def route_kernel(ctx: NodeCtx) -> str:
+    """The top-k routing kernel (and the row softmax it calls) in the module; its name."""
+    ctx.parts.device("moe_row_exp", ROW_EXP)
+    return ctx.kernel(Kernel("k_moe_route", ROUTE.format(jit=JIT), (A2, I2, A2, I64, F32)))
+
 
 # the body every expert task runs: gather its tokens, then {ffn} on the rows xs, then scatter
 EXPERTS = """\
@@ -146,7 +163,7 @@ def render_moe(ctx: NodeCtx) -> None:
               out_shape=(rows, experts))
     ctx.emit(f"{chosen} = np.empty(({rows}, {top_k}), np.int64)")
     ctx.emit(f"{cw} = np.empty(({rows}, {top_k}), np.float32)")
-    route = ctx.kernel(Kernel("k_moe_route", ROUTE.format(jit=JIT), (A2, I2, A2, I64, F32)))
+    route = route_kernel(ctx)
     ctx.emit(f"{route}({logits}, {chosen}, {cw}, {int(bool(ctx.attr('norm_topk')))}, "
              f"{f32_literal(ctx.attr('scale'))})")
     ctx.emit(f"{y} = np.zeros(({rows}, {top_k}, {d}), np.float32)")
