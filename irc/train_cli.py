@@ -266,8 +266,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if graphs.updates:
         note("batchnorm trains with each batch's statistics and updates its running averages; evaluation and "
              "the saved weights use the running averages (docs/training.md)")
-    if args.backend == "cpu":
-        _compile(graphs)
     held = data.n_held > 0
     eval_every = args.eval_every if args.eval_every is not None else (max(1, args.steps // 10) if held else 0)
     cfg = TrainConfig(
@@ -276,6 +274,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                                           args.eps),
         eval_every=eval_every, save_every=args.save_every if args.save_every is not None else eval_every,
         dtype=np.float64 if args.dtype == "f64" else np.float32)
+    if args.backend == "cpu":
+        _compile(graphs, cfg.optim)
     settings = _settings(args, graphs, cfg)
     state: State | None = None
     if args.resume:
@@ -349,20 +349,22 @@ def _memory(probe: Any, graphs: StepGraphs, cfg: TrainConfig, state: State) -> N
         print(report.line())
 
 
-def _compile(graphs: StepGraphs) -> None:
-    """Compile the step and evaluation graphs now, so the first steps' throughput is the kernels'."""
+def _compile(graphs: StepGraphs, optim: OptimConfig) -> None:
+    """Compile the step and evaluation graphs and the optimizer's update now, so the first steps' throughput
+    is the kernels'."""
     from irc.diagnostics import IrcError
 
     start = time.perf_counter()
     try:
         graphs.engine.prepare(graphs.step)
         graphs.engine.prepare(graphs.eval)
+        graphs.engine.prepare_update(optim)
     except IrcError as e:  # an op of this model's step the cpu backend has no kernel for
         e.notes.append("irc train --backend cpu compiles the whole training step; --backend numpy (the "
                        "reference) runs every op")
         raise
-    note(f"compiled the training step with the cpu backend in {time.perf_counter() - start:.1f} s (cached for the "
-         "next run)")
+    note(f"compiled the training step and the {optim.kind} update with the cpu backend in "
+         f"{time.perf_counter() - start:.1f} s (cached for the next run)")
 
 
 def _data_words(args: argparse.Namespace, data: Dataset) -> str:

@@ -115,6 +115,22 @@ def _analyze_unbound(mp: pytest.MonkeyPatch) -> None:
     analyze_graph(_graph(UNBOUND, {"D": 4}), [], Options())
 
 
+def _optimizer_unknown_kind(mp: pytest.MonkeyPatch) -> None:
+    """``irc train --optimizer`` offers only known kinds; the Python API still says it."""
+    from irc.backends.cpu.optim import optimizer_parts
+    from irc.runtime.optim import OptimConfig
+
+    optimizer_parts(OptimConfig("lion"))
+
+
+def _optimizer_float64_weight(mp: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from irc.backends.cpu.optim import flat
+
+    flat(np.zeros(3), "weight 'fc.weight'")
+
+
 def _emit_unknown_kind(mp: pytest.MonkeyPatch) -> None:
     from irc.backends import emit_source
 
@@ -308,6 +324,11 @@ STAGED = [
            "<input>:1:7: error: model 'm' has no value 'h' to probe\n"
            "     1 | model m() {\n"
            "       |       ^"),
+    Staged("optimizer_unknown_kind", _optimizer_unknown_kind,
+           "irc: error: the cpu backend has no update for optimizer 'lion' (it has sgd, momentum, adam, adamw)"),
+    Staged("optimizer_float64_weight", _optimizer_float64_weight,
+           "irc: error: the cpu backend's optimizer updates float32 C-contiguous arrays in place; weight 'fc.weight' "
+           "is float64"),
 ]
 
 

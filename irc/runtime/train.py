@@ -1,6 +1,6 @@
 """The training loop of ``irc train``: the grad pass's step graph run by an engine (the NumPy reference, or
-the graph compiled by the CPU backend: irc/runtime/train_engine.py), then an optimizer update
-(irc/runtime/optim.py), step after step.
+the graph compiled by the CPU backend: irc/runtime/train_engine.py), then an optimizer update by the same
+engine (irc/runtime/optim.py, or the CPU backend's generated update), step after step.
 
 :func:`build_step` attaches the loss to the model (``attach_loss``), puts it in training mode
 (``training_graph``: dropout masks, BatchNorm's batch statistics), differentiates it (the ``grad`` pass)
@@ -25,7 +25,7 @@ from irc.graph import Graph
 from irc.ops.grad_train import RunningUpdate, apply_running_updates, running_updates, step_input_name, training_graph
 from irc.passes.grad import attach_loss, grad, grad_label
 from irc.passes.rewrite import eliminate_dead
-from irc.runtime.optim import OptimConfig, apply_update, clip_grad_norm, global_norm, init_state, lr_factor
+from irc.runtime.optim import OptimConfig, init_state, lr_factor
 from irc.runtime.train_data import Dataset
 from irc.runtime.train_engine import Engine
 from irc.runtime.train_memory import MemoryProbe
@@ -227,13 +227,13 @@ def train_step(graphs: StepGraphs, state: State, batch: dict[str, np.ndarray], c
             g = g.copy()
         seen.add(id(g))
         grads[key] = g
-    norm = clip_grad_norm(grads, cfg.clip) if cfg.clip is not None else global_norm(grads.values())
+    norm = graphs.engine.clip(grads, cfg.clip)
     if not np.isfinite(loss) or not np.isfinite(norm):
         what = f"the loss is {loss}" if not np.isfinite(loss) else f"the gradient norm is {norm}"
         raise NonFinite(f"step {state.step + 1}: {what}; lower --lr, or clip the gradients with --clip "
                         "(the last saved checkpoint is kept)")
     lr = cfg.lr_at(state.step)
-    apply_update(cfg.optim, state.params, grads, state.optim, lr, state.step + 1)
+    graphs.engine.update(cfg.optim, state.params, grads, state.optim, lr, state.step + 1)
     _update_running(state.params, graphs, out)
     state.step += 1
     return StepInfo(state.step, loss, lr, norm, time.perf_counter() - start)
@@ -259,6 +259,7 @@ def train_steps(graphs: StepGraphs, state: State, data: Dataset, cfg: TrainConfi
     (checked after each step). ``on_save(state, final)`` saves every ``cfg.save_every`` steps, and at the
     end or the stop with ``final`` true. ``probe`` traces the memory of the first steps
     (irc/runtime/train_memory.py)."""
+    graphs.engine.prepare_update(cfg.optim)  # the CPU engine compiles its update before the first step
     while state.step < cfg.steps:
         batch = data.batch(state.step, cfg.seed, cfg.batch)
         if probe is not None:
