@@ -9,13 +9,14 @@ FOLDED_BN_REASON = ("is a CPU-pipeline fusion (fold-bn: a convolution with its B
                     "graph before it")
 DROPOUT_MASK_REASON = ("is a training step's random dropout mask (irc.ops.grad_train): export the inference model, "
                        "where dropout is the identity (a framework applies its own in training)")
-TRAINING_MODE_REASON = ("with train=true normalises with the batch's own statistics (a training step's forward, "
-                        "irc.ops.grad_train): export or compile the inference graph (leave train= out), and train "
-                        "with irc train")
+TRAINING_MODE_REASON = ("with train=true runs in training mode (BatchNorm: the batch's own statistics; a stacked "
+                        "recurrent layer: dropout between its layers), a training step's forward (irc.ops.grad_train): "
+                        "export or compile the inference graph (leave train= out), and train with irc train")
 
 
 def training_mode(node) -> bool:
-    """A node in training mode (BatchNorm with batch statistics): only the numpy reference runs it."""
+    """A node in training mode (BatchNorm with batch statistics, a recurrent layer's dropout): only the numpy
+    reference and the CPU backend's training step run it."""
     return node.attrs.get("train") is True
 
 

@@ -431,9 +431,10 @@ STAGED = [
            "<input>:4:14: error: cpu backend: 'embedding' has no type; run shape inference first"
            + EMBEDDING),
     Staged("emit_training_mode", _emit_training_mode,
-           "<input>:3:13: error: cuda backend: 'batchnorm' with train=true normalises with the batch's own statistics "
-           "(a training step's forward, irc.ops.grad_train): export or compile the inference graph (leave train= "
-           "out), and train with irc train" + _at(3, "  y, m, v = batchnorm(x, train=true)", 13,
+           "<input>:3:13: error: cuda backend: 'batchnorm' with train=true runs in training mode (BatchNorm: the "
+           "batch's own statistics; a stacked recurrent layer: dropout between its layers), a training step's forward "
+           "(irc.ops.grad_train): export or compile the inference graph (leave train= out), and train with irc train"
+           + _at(3, "  y, m, v = batchnorm(x, train=true)", 13,
                                                    "batchnorm(x, train=true)")),
     Staged("emit_without_a_kernel", _emit_without_a_kernel,
            "<input>:5:14: error: cpu backend: no kernel for op 'linear'" + LINEAR),

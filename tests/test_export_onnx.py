@@ -492,8 +492,9 @@ def _staged():  # imported lazily: the catalogue's own module defines Staged
                "<input>:3:14: error: onnx export: 'relu' has no exporter (add one to a table in "
                "backends/onnx/ops_*.py)\n     3 |   output y = relu(x)\n       |              ^~~~~~~"),
         *(Staged(f"export_{which}_training_mode", fn,
-                 f"<input>:3:13: error: {which} export: 'batchnorm' with train=true normalises with the batch's own "
-                 "statistics (a training step's forward, irc.ops.grad_train): export or compile the inference graph "
+                 f"<input>:3:13: error: {which} export: 'batchnorm' with train=true runs in training mode (BatchNorm: "
+                 "the batch's own statistics; a stacked recurrent layer: dropout between its layers), a training "
+                 "step's forward (irc.ops.grad_train): export or compile the inference graph "
                  f"(leave train= out), and train with irc train\n     3 | {BN_LINE}\n       | {' ' * 12}^{'~' * 23}")
           for which, fn in (("onnx", onnx_training_mode), ("torch", torch_training_mode))),
         Staged("export_torch_op_without_renderer", torch_no_renderer,

@@ -125,8 +125,10 @@ def _pass_grads(op: str, a: dict[str, Any], x: Arr, w: dict[str, Arr], sfx: str,
     return dx, grads
 
 
-def _stacked(node: Node, x: Arr, w: dict[str, Arr], dseq: Arr, dh: Arr | None, dc: Arr | None):
-    """PyTorch's layout: the forward layer by layer (each layer's input kept), then the layers top down."""
+def _stacked(node: Node, x: Arr, w: dict[str, Arr], dseq: Arr, dh: Arr | None, dc: Arr | None, mask: Arr | None):
+    """PyTorch's layout: the forward layer by layer (each layer's input kept: in training the previous layer's
+    sequence times its dropout mask), then the layers top down, the gradient reaching a layer's sequence from
+    the next layer's input multiplied by the same mask."""
     from irc.backends.numpy_ref.recurrent import _one_pass
 
     a = node.attrs
@@ -135,6 +137,8 @@ def _stacked(node: Node, x: Arr, w: dict[str, Arr], dseq: Arr, dh: Arr | None, d
     hidden, dirs = a["hidden"], directions(a)
     inputs, seq = [], x
     for layer in range(num_layers(a)):
+        if mask is not None and layer > 0:
+            seq = seq * mask[layer - 1]
         inputs.append(seq)
         outs = [_one_pass(forward, seq[:, ::-1] if d else seq, w, layer_suffix(layer, d))[0] for d in range(dirs)]
         seq = np.concatenate([o[:, ::-1] if d else o for d, o in enumerate(outs)], axis=-1)
@@ -153,19 +157,22 @@ def _stacked(node: Node, x: Arr, w: dict[str, Arr], dseq: Arr, dh: Arr | None, d
                                 zero if dc is None else dc[row])
             din += dx[:, ::-1] if d else dx
             grads.update(g)
-        dout = din
+        dout = din * mask[layer - 1] if mask is not None and layer > 0 else din
     return dout, grads
 
 
 def recurrent_grad(node: Node, args, w):
-    """rnn_grad, lstm_grad, gru_grad (x, dseq, dh?, dc?): dx, then each weight's gradient."""
+    """rnn_grad, lstm_grad, gru_grad (x, dseq, dh?, dc?, and with train=true the dropout mask last): dx, then
+    each weight's gradient."""
     op = node.op.removesuffix("_grad")
+    a = node.attrs
+    mask = args[-1] if a.get("train") else None
+    args = args[:-1] if a.get("train") else args
     x, dseq = args[0], args[1]
     dh = args[2] if len(args) > 2 else None
     dc = args[3] if len(args) > 3 else None
-    a = node.attrs
     if torch_layout(a):
-        dx, grads = _stacked(node, x, w, dseq, dh, dc)
+        dx, grads = _stacked(node, x, w, dseq, dh, dc, mask)
     else:
         zero = np.zeros((x.shape[0], a["hidden"]), dtype=x.dtype)
         biases = tuple(k for k in ("bias", "bias_ih", "bias_hh") if k in w)

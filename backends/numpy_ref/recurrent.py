@@ -83,7 +83,7 @@ def gru_torch(x, w_ih, w_hh, b_ih, b_hh):
 
 def _gru(node: Node, args, w):
     if torch_layout(node.attrs):
-        return stacked(node, args[0], w)
+        return stacked(node, args[0], w, _mask(node, args))
     if node.attrs.get("variant") == "torch":
         return gru_torch(args[0], w["weight_ih"], w["weight_hh"], w.get("bias_ih"), w.get("bias_hh"))
     return gru_chapter(args[0], w["weight_ih"], w["weight_hh"], w.get("bias"))
@@ -101,11 +101,17 @@ def _one_pass(node: Node, x, w, sfx: str):
     return rnn(x, w_ih, w_hh, bias, node.attrs.get("act", "tanh"))
 
 
-def stacked(node: Node, x, w):
+def _mask(node: Node, args):
+    """The dropout mask [layers − 1, B, T, dirs·H] of a training node (train=true), else None."""
+    return args[1] if node.attrs.get("train") else None
+
+
+def stacked(node: Node, x, w, mask=None):
     """PyTorch's nn.RNN/LSTM/GRU (batch_first): layer by layer, each direction over the layer's
     input (the reverse one over it read backwards, its sequence turned back), the directions
-    concatenated on features; dropout between layers is the identity at inference. Returns the
-    last layer's sequence and the final states [layers·dirs, B, H] (row layer·dirs + direction)."""
+    concatenated on features; dropout between layers is the identity at inference, and in training
+    (``mask``) each layer's sequence but the last's times its mask. Returns the last layer's sequence
+    and the final states [layers·dirs, B, H] (row layer·dirs + direction), unmasked as PyTorch's."""
     a = node.attrs
     seq, finals = x, []
     for layer in range(num_layers(a)):
@@ -115,6 +121,8 @@ def stacked(node: Node, x, w):
             outs.append(res[0][:, ::-1] if d else res[0])
             finals.append(res[1:])
         seq = np.ascontiguousarray(np.concatenate(outs, axis=-1))
+        if mask is not None and layer < num_layers(a) - 1:
+            seq = seq * mask[layer]
     states = [np.stack([f[i] for f in finals]) for i in range(len(finals[0]))]
     return (seq, *states)
 
@@ -122,7 +130,7 @@ def stacked(node: Node, x, w):
 def _layer(fn):
     """The op's own function, or PyTorch's stacked layout when the node asks for it."""
     def run(node: Node, args, w):
-        return stacked(node, args[0], w) if torch_layout(node.attrs) else fn(node, args, w)
+        return stacked(node, args[0], w, _mask(node, args)) if torch_layout(node.attrs) else fn(node, args, w)
     return run
 
 

@@ -159,23 +159,55 @@ BPTT_FLOPS = {"rnn": 3, "lstm": 12, "gru": 14}
 
 def _recurrent_grad_cost(node, ins, outs) -> Cost:
     """BPTT: dx and dh_{t−1} from the gate gradients, and both weight gradients: twice the forward's MACs;
-    the gate derivatives (BPTT_FLOPS per hidden unit and step of every pass); the bias gradient Σ dgates."""
+    the gate derivatives (BPTT_FLOPS per hidden unit and step of every pass); the bias gradient Σ dgates;
+    in training, the dropout mask's multiply of each gradient between layers."""
     op = node.op.removesuffix("_grad")
     fwd = OPS[op]
     x = ins[0]
     b, t = x.shape[0], x.shape[1]
-    ys = fwd.infer(node.attrs, [x])
-    c = Cost().mac("linear", 2 * fwd.cost(node, [x], ys).macs)
-    units = b * t * node.attrs["hidden"] * (len(passes(node.attrs)) if torch_layout(node.attrs) else 1)
-    return c.add("elementwise", BPTT_FLOPS[op] * units + (GATES[op] * units if node.attrs["bias"] else 0))
+    a = node.attrs
+    fwd_ins = [x, ins[-1]] if a.get("train") else [x]
+    ys = fwd.infer(a, fwd_ins)
+    forward = fwd.cost(node, fwd_ins, ys)
+    c = Cost().mac("linear", 2 * forward.macs)
+    units = b * t * a["hidden"] * (len(passes(a)) if torch_layout(a) else 1)
+    c.add("elementwise", BPTT_FLOPS[op] * units + (GATES[op] * units if a["bias"] else 0))
+    return c.add("elementwise", numel(ins[-1]) if a.get("train") else 0)
 
 
-_derive("lstm", _recurrent_grad_cost,
-        "(dx, then each weight's gradient) of the lstm (either layout) by backpropagation through time from dseq "
-        "(and the final states' dh, dc)", inputs=("x", "dseq", "dh?", "dc?"))
-_derive("gru", _recurrent_grad_cost,
-        "(dx, then each weight's gradient) of the gru (either variant and layout) by backpropagation through time "
-        "from dseq (and the final state's dh)", inputs=("x", "dseq", "dh?"))
-_derive("rnn", _recurrent_grad_cost,
-        "(dx, then each weight's gradient) of the rnn (either layout) by backpropagation through time from dseq "
-        "(and the final state's dh)", inputs=("x", "dseq", "dh?"))
+def _recurrent_grad_infer(fwd: OpDef) -> Callable:
+    """(x, dseq, the final states' gradients up to the last one read, and with train=true the forward's dropout
+    mask last): the results are x's type, then each parameter's."""
+    def infer(a, ts):
+        x, grads = ts[0], list(ts[1:])
+        fwd_ts = [x]
+        if a.get("train"):
+            if len(grads) < 2:
+                raise ShapeError("train=true: the operands are x, the gradients, then the forward's dropout mask")
+            fwd_ts.append(grads.pop())
+        ys = fwd.infer(a, fwd_ts)
+        if len(grads) > len(ys):
+            raise ShapeError(f"{len(grads)} gradients for the {len(ys)} results of {fwd.name} (a dropout mask "
+                             "operand needs train=true)")
+        for dy, y in zip(grads, ys):
+            if not dy.is_float or dy.rank != y.rank or any(p != q for p, q in zip(dy.shape, y.shape)):
+                raise ShapeError(f"the gradient {dy} does not match the forward result {y} (or is not floating-point)")
+        shapes = fwd.param_shapes(a, [x])
+        return [x] + [TensorType(x.dtype, tuple(shapes[p])) for p in param_order(fwd, a, x)]
+    return infer
+
+
+def _derive_recurrent(name: str, doc: str, inputs: tuple[str, ...]) -> OpDef:
+    # with train=true the last operand is the forward's dropout mask, so the type rule is the layer's own
+    derived = _derive(name, _recurrent_grad_cost, doc, inputs=inputs)
+    return register(replace(derived, infer=_recurrent_grad_infer(OPS[name])))
+
+
+_MASKED = "; with train=true the forward's dropout mask last, applied between layers"
+_derive_recurrent("lstm", "(dx, then each weight's gradient) of the lstm (either layout) by backpropagation through "
+                  "time from dseq (and the final states' dh, dc)" + _MASKED,
+                  inputs=("x", "dseq", "dh?", "dc?", "mask?"))
+_derive_recurrent("gru", "(dx, then each weight's gradient) of the gru (either variant and layout) by backpropagation "
+                  "through time from dseq (and the final state's dh)" + _MASKED, inputs=("x", "dseq", "dh?", "mask?"))
+_derive_recurrent("rnn", "(dx, then each weight's gradient) of the rnn (either layout) by backpropagation through "
+                  "time from dseq (and the final state's dh)" + _MASKED, inputs=("x", "dseq", "dh?", "mask?"))

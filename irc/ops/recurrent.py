@@ -11,6 +11,12 @@ between layers (the identity at inference), two bias vectors ``bias_ih`` and ``b
 layer and direction, PyTorch's parameter names (``weight_ih_l0``, ``bias_hh_l1_reverse``, …)
 so a state_dict loads by renaming alone, and PyTorch's results: the sequence
 [B, T, dirs·H] and the final states [layers·dirs, B, H] (row ``layer·dirs + direction``).
+
+Training (``train=true``, set by irc.ops.grad_train.training_graph where ``dropout > 0`` and
+``layers > 1``) applies that dropout as nn.LSTM does in ``train()`` mode: every layer's output
+sequence but the last layer's is multiplied by its slice of a second operand, a mask
+[layers − 1, B, T, dirs·H] of zeros and 1/(1 − p) that the training graph draws (dropout_mask)
+per step; the backward primitive reads the very mask. The final states are the unmasked ones.
 """
 
 from __future__ import annotations
@@ -54,6 +60,20 @@ def passes(a) -> list[tuple[int, int, str]]:
     return [(layer, d, layer_suffix(layer, d)) for layer in range(num_layers(a)) for d in range(directions(a))]
 
 
+def train_mask_shape(a, x) -> tuple | None:
+    """The dropout mask training multiplies between stacked layers, [layers − 1, B, T, dirs·H]: None where
+    training changes nothing (the chapter layout, dropout 0 or none, one layer). The record's
+    ``extra["train_mask"]``: irc.ops.grad_train draws a mask of this shape and sets train=true."""
+    if not torch_layout(a) or not a.get("dropout") or num_layers(a) < 2:
+        return None
+    return (num_layers(a) - 1, x.shape[0], x.shape[1], directions(a) * a["hidden"])
+
+
+def _between(a, ts) -> int:
+    """Elements of the sequences between stacked layers (one [B, T, dirs·H] per layer but the last)."""
+    return (num_layers(a) - 1) * ts[0].shape[0] * ts[0].shape[1] * directions(a) * a["hidden"]
+
+
 def layer_input(a, d, layer: int):
     """The feature width layer ``layer`` reads: the input's, then the previous layer's directions together."""
     return d if layer == 0 else directions(a) * a["hidden"]
@@ -75,6 +95,8 @@ def _cost(op):
         if a["bias"]:
             biases = 2 if torch or (op == "gru" and a["variant"] == "torch") else 1  # b_ih and b_hh both add
             c.add("elementwise", len(runs) * steps * b * GATES[op] * h * biases)
+        if a.get("train"):  # the dropout mask's multiply of every sequence between layers
+            c.add("elementwise", _between(a, ins))
         return c
     return cost
 
@@ -101,7 +123,8 @@ def _internal(op):
         gates = b * t * a["hidden"] * SAVED_PER_UNIT[op]
         if not torch_layout(a):
             return gates
-        return len(passes(a)) * gates + (num_layers(a) - 1) * b * t * directions(a) * a["hidden"]
+        # in training the next layer reads the masked sequence, and each layer's own backward the unmasked one
+        return len(passes(a)) * gates + _between(a, ts) * (2 if a.get("train") else 1)
     return internal
 
 
@@ -110,6 +133,7 @@ def _facts(op) -> dict:
     return dict(
         cost=_cost(op), init=_init(op), receptive=rf_reset("a recurrence over time"),
         classes=frozenset({"recurrent", "learned", "position"}), depth=1, internal=_internal(op),
+        extra={"train_mask": train_mask_shape},
     )
 
 
@@ -121,18 +145,38 @@ def _check_layout(op: str, a) -> None:
         if a["dropout"] is not None and not 0 <= a["dropout"] < 1:
             raise ShapeError(f"dropout={a['dropout']} must be at least 0 and below 1")
         return
-    given = [k for k in ("layers", "bidirectional", "dropout") if a.get(k) is not None]
+    given = [k for k in ("layers", "bidirectional", "dropout", "train") if a.get(k) is not None]
     if given:
         raise ShapeError(f"{', '.join(given)}= {'needs' if len(given) == 1 else 'need'} layout=torch (PyTorch's "
                          "stacked layers, two biases per layer, weight_ih_l0 names and [layers·dirs, B, H] states)")
 
 
+def _check_mask(a, x, mask) -> None:
+    """train=true and the mask operand come together, where dropout acts between stacked layers."""
+    want = train_mask_shape(a, x)
+    if a.get("train"):
+        if want is None:
+            raise ShapeError("train=true applies dropout between stacked layers: it needs layers > 1 and "
+                             "dropout > 0 (irc.ops.grad_train sets it only then)")
+        if mask is None:
+            raise ShapeError(f"train=true needs the dropout mask [{', '.join(map(str, want))}] as the second operand "
+                             "(irc.ops.grad_train draws it with dropout_mask)")
+        need_float(mask, "dropout mask")
+        if mask.rank != 4 or any(p != q for p, q in zip(mask.shape, want)):
+            raise ShapeError(f"the dropout mask {mask} must be [layers − 1, B, T, dirs·H] = "
+                             f"[{', '.join(map(str, want))}]")
+    elif mask is not None:
+        raise ShapeError("a dropout mask operand needs train=true (a training step's forward: irc.ops.grad_train "
+                         "adds both)")
+
+
 def _infer(op):
     def infer(a, ts):
-        (x,) = ts
+        x = ts[0]
         need_rank(x, (3,), "a sequence [B, T, D]")
         need_float(x)
         _check_layout(op, a)
+        _check_mask(a, x, ts[1] if len(ts) > 1 else None)
         b, _, _ = x.shape
         h = a["hidden"]
         if torch_layout(a):
@@ -178,24 +222,26 @@ LAYOUT_ATTRS = (
     Attr("layers", "posint", None, doc="stacked layers (layout=torch); default 1"),
     Attr("bidirectional", "bool", None, doc="a reverse-time pass per layer, concatenated (layout=torch)"),
     Attr("dropout", "float", None, doc="between stacked layers in training; the identity at inference"),
+    Attr("train", "bool", None,
+         doc="training mode (irc.ops.grad_train sets it): dropout between layers by the mask operand"),
 )
 
 
 register(OpDef(
-    "rnn", ("x",),
+    "rnn", ("x", "mask?"),
     (Attr("hidden", "dim"), Attr("bias", "bool", True), Attr("act", "enum", "tanh", ("tanh", "relu")), *LAYOUT_ATTRS),
     _infer("rnn"), _params("rnn"), **_facts("rnn"), results=("seq", "h"),
     doc="h_t = act(W·h_{t−1} + U·x_t + b); results: the sequence and the final state", vjp=vjp_recurrent,
 ))
 register(OpDef(
-    "lstm", ("x",),
+    "lstm", ("x", "mask?"),
     (Attr("hidden", "dim"), Attr("bias", "bool", True),
      Attr("forget_bias", "float", 1.0, doc="initial forget-gate bias b_f (the chapter: 1.0-2.0)"), *LAYOUT_ATTRS),
     _infer("lstm"), _params("lstm"), **_facts("lstm"), results=("seq", "h", "c"),
     doc="LSTM with gates i, f, g, o; results: the sequence, final h and final c", vjp=vjp_recurrent,
 ))
 register(OpDef(
-    "gru", ("x",),
+    "gru", ("x", "mask?"),
     (Attr("hidden", "dim"), Attr("bias", "bool", True),
      Attr("variant", "enum", "chapter", ("chapter", "torch")), *LAYOUT_ATTRS),
     _infer("gru"), _params("gru"), **_facts("gru"), results=("seq", "h"),

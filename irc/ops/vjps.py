@@ -297,12 +297,14 @@ def _zeros_like(b: Any, value: str) -> str:
 
 def vjp_recurrent(b: Any, n: Any, dys: list[str | None]) -> Grads:
     """rnn, lstm, gru (either layout): ``<op>_grad`` backpropagates through time from the sequence's gradient
-    and the final states' (a result nothing reads contributes zeros); dx, then each parameter's gradient."""
+    and the final states' (a result nothing reads contributes zeros); dx, then each parameter's gradient.
+    In training (train=true) the forward's dropout mask goes last, so the backward multiplies the gradient
+    between layers by the very mask the forward drew; the mask, a random draw, gets no gradient."""
     from irc.ops.registry import OPS
 
     last = max(i for i, d in enumerate(dys) if d is not None)  # gradients after the last one read are left out
     grads = [d if d is not None else _zeros_like(b, v) for d, v in zip(dys[:last + 1], n.outputs)]
-    operands = [n.inputs[0], *grads]
+    operands = [n.inputs[0], *grads, *([n.inputs[1]] if n.attrs.get("train") else [])]
     names = ("x", *OPS[n.op].param_shapes(n.attrs, [b.type(n.inputs[0])]))
     return _layer_grads(b, n, f"{n.op}_grad", operands, names)
 

@@ -244,13 +244,17 @@ def pass_kernel(ctx: NodeCtx, op: str) -> str:
 
 
 STACK = '''\
-def recurrent_stack_grad(kernel, x, dseq, dh, dc, ws, grads, layers, dirs, hidden, act):
+def recurrent_stack_grad(kernel, x, dseq, dh, dc, ws, grads, layers, dirs, hidden, act, mask):
     """PyTorch's layout: each layer's forward for the next layer's input, then the layers top down (the
-    reverse direction over the time-reversed sequence); ws and grads hold (w_ih, w_hh, b_ih, b_hh) per pass."""
+    reverse direction over the time-reversed sequence); ws and grads hold (w_ih, w_hh, b_ih, b_hh) per pass.
+    In training (mask not None) a layer reads the previous one's sequence times its dropout mask, and the
+    gradient reaching that sequence from the layer's input is multiplied by the same mask."""
     nb, nt = x.shape[:2]
     zero = np.zeros((nb, hidden), np.float32)
     inputs, seq = [], x
     for layer in range(layers):
+        if mask is not None and layer > 0:
+            seq = seq * mask[layer - 1]
         inputs.append(seq)
         outs = []
         for d in range(dirs):
@@ -278,7 +282,7 @@ def recurrent_stack_grad(kernel, x, dseq, dh, dc, ws, grads, layers, dirs, hidde
             out = np.empty((nb, nt, hidden), np.float32)
             kernel(src, wih, whh, bih, bhh, dpart, h0, c0, dxp, gih, ghh, gbih, gbhh, out, 1, act)
             din += dxp[:, ::-1] if d else dxp
-        dout = din
+        dout = din * mask[layer - 1] if mask is not None and layer > 0 else din
     return dout
 '''
 
@@ -293,9 +297,12 @@ def render_recurrent_grad(ctx: NodeCtx) -> None:
     op = ctx.node.op.removesuffix("_grad")
     k = pass_kernel(ctx, op)
     act = _act(ctx, op)
-    x, dseq = ctx.args[0], ctx.args[1]
-    dh = ctx.args[2] if len(ctx.args) > 2 else None
-    dc = ctx.args[3] if len(ctx.args) > 3 else None
+    train = bool(ctx.node.attrs.get("train"))
+    mask = ctx.args[-1] if train else None  # training: the forward's dropout mask comes last
+    args = ctx.args[:-1] if train else ctx.args
+    x, dseq = args[0], args[1]
+    dh = args[2] if len(args) > 2 else None
+    dc = args[3] if len(args) > 3 else None
     names = list(ctx.params)  # the record's parameter order: the order of the gradient results
     outs = {name: ctx.alloc(i + 1) for i, name in enumerate(names)}
     dx = ctx.alloc(0)
@@ -326,7 +333,9 @@ def render_recurrent_grad(ctx: NodeCtx) -> None:
                                       for k in keys) + ")")
             grads.append("(" + ", ".join(outs.get(k, f"np.empty({gh}, np.float32)") for k in keys) + ")")
     ctx.emit(f"{dx}[...] = {helper}({k}, {x}, {dseq}, {dh}, {dc}, [{', '.join(ws)}], [{', '.join(grads)}], "
-             f"{num_layers(a)}, {directions(a)}, {hidden}, {act})")
+             f"{num_layers(a)}, {directions(a)}, {hidden}, {act}, {mask})")
 
+
+render_recurrent_grad.trains = True  # type: ignore[attr-defined]  # train=true: dropout between layers (emit_checks)
 
 RENDERERS = {"lstm_grad": render_recurrent_grad, "gru_grad": render_recurrent_grad, "rnn_grad": render_recurrent_grad}

@@ -317,8 +317,10 @@ def _pass_call(ctx: NodeCtx, kernel: str, sfx: str, x: str, seq: str, states: li
 def render_stacked(ctx: NodeCtx) -> None:
     """nn.RNN/LSTM/GRU's layers and directions: each pass runs the single-layer kernel, the reverse
     one on its input read backwards (a copy), its sequence written back turned round into its half
-    of the layer's output; pass p's final state is row p of h (and c). Dropout is the identity."""
+    of the layer's output; pass p's final state is row p of h (and c). Dropout is the identity at
+    inference; in training (train=true) the next layer reads the sequence times its slice of the mask."""
     a = ctx.node.attrs
+    mask = ctx.args[1] if a.get("train") else None
     op = ctx.node.op
     kernel = {"rnn": _rnn_kernel, "lstm": _lstm_kernel, "gru": _gru_torch_kernel}[op](ctx)
     outs = [ctx.alloc(i) for i in range(len(ctx.outs))]
@@ -345,6 +347,14 @@ def render_stacked(ctx: NodeCtx) -> None:
             ctx.emit(_pass_call(ctx, kernel, layer_suffix(layer, d), src, part, states))
             ctx.emit(f"{seq}[:, :, {d * nh}:{(d + 1) * nh}] = {part}{'[:, ::-1]' if d else ''}")
         x = seq
+        if mask is not None and not last:
+            x = ctx.parts.var()
+            ctx.emit(f"{x} = {seq} * {mask}[{layer}]  # dropout between layers, the training step's mask")
+
+
+# these renderers run train=true nodes too (dropout between stacked layers: emit_checks.renderer reads this)
+for _render in (render_rnn, render_lstm, render_gru):
+    _render.trains = True  # type: ignore[attr-defined]
 
 
 RENDERERS = {
