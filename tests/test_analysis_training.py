@@ -193,3 +193,24 @@ def test_a_tied_head_keeps_a_copy_of_the_table_on_the_last_stage(irc_cli: Callab
     t = _train(irc_cli, GPT2, "-D", "T=16", "--pp", "2")
     # Megatron keeps the word embeddings on the first and the last stage (and all-reduces their gradients)
     assert sum(t["params_per_stage"]) == 124_439_808 + 50_257 * 768
+
+
+@pytest.mark.parametrize("layers,bidirectional", [(2, False), (3, True)])
+def test_stacked_recurrent_dropout_keeps_its_mask_and_the_masked_sequences(tmp_path: Path, layers: int,
+                                                                            bidirectional: bool) -> None:
+    """nn.LSTM(num_layers, dropout) in training keeps, per boundary between layers, a 1-byte mask and the
+    masked copy of the sequence the next layer reads: (L − 1)·B·T·dirs·H·(1 + bytes per value) more than
+    the same layer without dropout."""
+    from irc.analysis.training_memory import saved_for_backward
+    from irc.pipeline import load_graph
+
+    b, t, h, dirs = 4, 50, 32, 2 if bidirectional else 1
+
+    def saved(dropout: float) -> int:
+        path = tmp_path / f"l{dropout}.arch"
+        path.write_text(f"model m(B, T) {{\n  input x: f32[B, T, 16]\n  y, hn, cn = lstm(x, hidden={h}, "
+                        f"layout=torch, layers={layers}, bidirectional={'true' if bidirectional else 'false'}, "
+                        f"dropout={dropout})\n  output y = y\n}}\n")
+        return sum(s.bytes for s in saved_for_backward(load_graph(path, {"B": b, "T": t}), "f32"))
+
+    assert saved(0.3) - saved(0.0) == (layers - 1) * b * t * dirs * h * (1 + 4)

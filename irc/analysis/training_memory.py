@@ -17,6 +17,8 @@ Large Transformer Models", §4): backward keeps what each op's gradient needs, r
   an FFN its hidden layer before and after the activation; gates of a recurrence);
 - a dropout with p > 0 keeps a 1-byte mask per element; ``attention_dropout`` adds a mask and the
   dropped-out probabilities (the 5as²b of Megatron's formula instead of 2as²b);
+- a stacked recurrent layer whose dropout training applies (its record's ``extra["train_mask"]``) keeps
+  the 1-byte mask between its layers and the masked sequences the next layers read;
 - the model's outputs are kept for the loss.
 For a GPT layer with two dropouts and attention dropout this is exactly the paper's
 sbh(34 + 5as/h) bytes in 16-bit activations. Recompute policies: ``selective`` drops the attention
@@ -29,6 +31,7 @@ sbh(34 + 5as/h)/t with it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from irc.analysis.bytes_moved import is_view
@@ -143,6 +146,11 @@ def saved_for_backward(graph: Graph, act_dtype: str, attention_dropout: bool = F
                 out.append(Saved(i, scores * elem * (2 if attention_dropout else 1)
                                  + (scores if attention_dropout else 0), "scores"))
             out.append(Saved(i, (internal - scores) * elem, "sharded" if split else "stream"))
+        mask_rule = opdef.extra.get("train_mask") if opdef.extra else None
+        mask = mask_rule(node.attrs, ins[0]) if mask_rule and not node.attrs.get("train") else None
+        if mask is not None:  # a layer training adds dropout to (stacked recurrent): its 1-byte mask, and the
+            out.append(Saved(i, math.prod(mask), "mask"))  # masked copies the next layers read
+            out.append(Saved(i, math.prod(mask) * elem, "stream"))
     producers = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     for _, v in graph.outputs:
         r = root[v]

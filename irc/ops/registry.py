@@ -200,6 +200,8 @@ class OpDef:
     results: Callable[[dict[str, Any]], tuple[str, ...]] | tuple[str, ...] = ("out",)
     doc: str = ""
     aliases: tuple[str, ...] = ()
+    # facts few ops have, read by name: "train_mask" (attrs, x) -> the shape of the dropout mask training
+    # adds to the layer, or None (stacked recurrent layers; irc.ops.grad_train and the training memory read it)
     extra: dict[str, Any] = field(default_factory=dict)
     # an optional input left out before one given by keyword takes another input's value:
     # attention(x, attn_bias=b) is attention(x, x, b), self-attention with keys and values from x
