@@ -24,8 +24,11 @@ GEMM = """graph @g() {{
 """
 
 
-# (m, n, k): rows (m >= n), columns (m < n), rows because too narrow to split (n < 64 per part)
-@pytest.mark.parametrize("shape", [(300, 200, 17), (70, 430, 19), (9, 100, 23)])
+# (m, n, k): rows (m >= n), columns (m < n), rows because too narrow to split (n < 64 per part); and columns
+# of a few rows (m <= SMALL_M: dot_nt reads the weight directly, 4 weight rows by 2 rows of x a pass), with
+# odd m and n so every remainder loop runs, and one row past SMALL_M (back to BLAS)
+@pytest.mark.parametrize("shape", [(300, 200, 17), (70, 430, 19), (9, 100, 23), (1, 1001, 768), (3, 643, 7),
+                                   (8, 1030, 768), (16, 517, 33), (17, 700, 40)])
 def test_gemm_every_split_matches_numpy(shape, cpu_cache):
     m, n, k = shape
     graph = PASSES["shape-infer"](parse_ir(GEMM.format(m=m, n=n, k=k)))

@@ -95,7 +95,7 @@ def render_swiglu(ctx: NodeCtx) -> None:
         ctx.emit(f"{k}({x}, {ctx.weight('w_gate')}, {ctx.weight_or_zeros('b_gate', hidden)}, "
                  f"{ctx.weight('w_up')}, {ctx.weight_or_zeros('b_up', hidden)}, {h}, {THREADS})")
     else:
-        k = ctx.kernel(glu_kernel("silu", act(ctx.parts, "silu")))
+        k = glu_kernel(ctx, "silu")
         key = f"~stack({ctx.weight_key('w_gate')},{ctx.weight_key('w_up')})"
         w = ctx.derive(key, f"np.concatenate([{ctx.weight('w_gate')}, {ctx.weight('w_up')}])")
         ctx.emit(f"{k}({x}, {w}, {h}, {THREADS})")

@@ -137,7 +137,7 @@ def _shared(ctx: NodeCtx, x: str, rows: int, gated: bool, out: str) -> None:
     h = f"{ctx.outs[0]}_shared"
     ctx.emit(f"{h} = np.empty(({rows}, {hidden}), np.float32)")
     if gated:
-        k = ctx.kernel(glu_kernel(ctx.attr("act"), act(ctx.parts, ctx.attr("act"))))
+        k = glu_kernel(ctx, ctx.attr("act"))
         key = f"~stack({ctx.weight_key('shared_gate')},{ctx.weight_key('shared_up')})"
         w = ctx.derive(key, f"np.concatenate([{ctx.weight('shared_gate')}, {ctx.weight('shared_up')}])")
         ctx.emit(f"{k}({x}, {w}, {h}, {THREADS})")
