@@ -8,7 +8,7 @@ product of a few rows splits the weight instead). BLAS runs single-threaded mean
 
 from __future__ import annotations
 
-from irc.backends.common.kernel import A1, A2, I64, Kernel
+from irc.backends.common.kernel import A1, A2, I64, Kernel, ModuleParts
 from irc.backends.cpu.jit import FASTMATH, jit
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx
@@ -46,15 +46,15 @@ BLOCKS = {"split": SPLIT, "rows": ROW_BLOCKS, "cols": COL_BLOCKS}  # for the tem
 # reads its 154 MB in 8.0 ms this way and in 14.8 ms through BLAS (2 threads, this machine).
 SMALL_M = 16
 
-DOT_NT = f"""\
+DOT_NT_INTO = f"""\
 @njit(cache=True, fastmath={FASTMATH}, error_model="numpy")
-def dot_nt(x, w, c0, c1):
-    # x @ w[c0:c1].T: BLAS, or for a few rows of x each weight row read once and multiplied by every row
-    # of x while it is in L1 (4 weight rows by 2 rows of x per pass: 8 sums that LLVM vectorises)
+def dot_nt_into(x, w, c0, c1, t):
+    # t = x @ w[c0:c1].T: BLAS, or for a few rows of x each weight row read once and multiplied by every
+    # row of x while it is in L1 (4 weight rows by 2 rows of x per pass: 8 sums that LLVM vectorises)
     m, k = x.shape
     if m > {SMALL_M}:
-        return np.dot(x, w[c0:c1].T)
-    t = np.empty((m, c1 - c0), np.float32)
+        np.dot(x, w[c0:c1].T, t)
+        return
     j = c0
     while j + 4 <= c1:
         i = 0
@@ -106,8 +106,23 @@ def dot_nt(x, w, c0, c1):
                 s += x[i, q] * w[j, q]
             t[i, j - c0] = s
         j += 1
+"""
+
+DOT_NT = """\
+@njit(cache=True, error_model="numpy")
+def dot_nt(x, w, c0, c1):
+    # x @ w[c0:c1].T in a new array (dot_nt_into)
+    t = np.empty((x.shape[0], c1 - c0), np.float32)
+    dot_nt_into(x, w, c0, c1, t)
     return t
 """
+
+
+def use_dot_nt(parts: ModuleParts) -> str:
+    """Add dot_nt_into and dot_nt to the module (kernels may call either); the name of the first."""
+    parts.device("dot_nt_into", DOT_NT_INTO)
+    parts.device("dot_nt", DOT_NT)
+    return "dot_nt_into"
 
 GEMM = """\
 {jit}
@@ -156,7 +171,7 @@ def {name}(x, w, out, parts):
 
 def _with_dot(ctx: NodeCtx, kernel: Kernel) -> str:
     """Add a product kernel, and the dot_nt its column blocks call, to the module; its name."""
-    ctx.parts.device("dot_nt", DOT_NT)
+    use_dot_nt(ctx.parts)
     return ctx.kernel(kernel)
 
 

@@ -12,7 +12,7 @@ from irc.backends.common.kernel import A1, A2, A3, I64, Kernel
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.activations import act, sigmoid, tanh
 from irc.backends.cpu.render.context import NodeCtx
-from irc.backends.cpu.render.gemm import THREADS
+from irc.backends.cpu.render.gemm import THREADS, use_dot_nt
 from irc.ops.recurrent import directions, layer_suffix, num_layers, torch_layout
 
 JIT = jit()
@@ -123,7 +123,7 @@ def lstm_units(xw, whh, hp, hn, cell, seq, buf, t, u0, u1, width):
     nb, nh = hp.shape
     nt = seq.shape[1]
     hw = buf[:nb * 4 * (u1 - u0)].reshape(nb, 4 * (u1 - u0))
-    np.dot(hp, whh[4 * u0:4 * u1].T, hw)
+    dot_nt_into(hp, whh, 4 * u0, 4 * u1, hw)  # a few rows of h (a small batch): read W_hh once
     for n in range(nb):
         p = n * nt + t
         for ub in range(u0, u1, width):
@@ -239,6 +239,7 @@ def _lstm_kernel(ctx: NodeCtx) -> str:
     units = LSTM_UNITS.format(jit=DEVICE_JIT, sig_i=sigmoid(ctx.parts, "gi"), sig_f=sigmoid(ctx.parts, "gf"),
                               sig_o=sigmoid(ctx.parts, "go"), tanh_g=tanh(ctx.parts, "gg"),
                               tanh_c=tanh(ctx.parts, "cv"))
+    use_dot_nt(ctx.parts)
     ctx.parts.device("lstm_units", units)
     ctx.parts.device("cycles", CYCLES)
     return ctx.kernel(Kernel("k_lstm", LSTM.format(jit=JIT, h_last=H_LAST), (A3, A2, A2, A1, A3, A2, A2, I64, I64)))
