@@ -19,7 +19,9 @@ import transformers
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from irc.backends.numpy_ref import run_graph
+from irc.passes.decompose import GRAD_RULES
 from irc.passes.grad import attach_loss, grad_label
+from irc.passes.rewrite import apply_rules
 from irc.pipeline import load_graph, run_passes
 
 D, HEADS, BUCKETS, MAX_DISTANCE = 32, 4, 16, 20
@@ -69,8 +71,8 @@ def test_attention_with_its_own_table_against_t5attention(tmp_path: Path, causal
 
     graph = _graph(tmp_path, causal, extra_bias)
     np_w = {k: v.detach().numpy() for k, v in weights.items()}
-    fwd = run_graph(run_passes(graph, ["decompose"]), np_w, {k: v for k, v in inputs.items() if k != "targets"},
-                    dtype=np.float64)
+    given = {k: v for k, v in inputs.items() if k != "targets"}
+    fwd = run_graph(apply_rules(graph, GRAD_RULES, max_rounds=2), np_w, given, dtype=np.float64)
     assert np.abs(fwd["y"] - y.detach().numpy()).max() <= 1e-10 * np.abs(fwd["y"]).max()
     out = run_graph(run_passes(attach_loss(graph, "mse"), ["grad"]), np_w, inputs, dtype=np.float64)
     assert abs(float(out["loss"]) - loss.item()) <= 1e-10 * loss.item()
@@ -82,11 +84,13 @@ def test_attention_with_its_own_table_against_t5attention(tmp_path: Path, causal
     assert np.abs(out[grad_label("x", taken)] - xt.grad.numpy()).max() <= 1e-10 * np.abs(xt.grad.numpy()).max()
 
 
-def test_decompose_reads_the_layer_own_key(tmp_path: Path) -> None:
-    """The lowered graph asks for the same weights as the layer (a checkpoint loads either way)."""
+def test_the_grad_lowering_reads_the_layer_own_key(tmp_path: Path) -> None:
+    """The grad pass's lowered graph asks for the same weights as the layer (a checkpoint loads either way);
+    inference's decompose keeps the layer whole (its kernels read the table, no T×S bias tensor)."""
     from irc.runtime.weights import expected_weights
 
     graph = _graph(tmp_path, False, False)
-    lowered = run_passes(graph, ["decompose"])
+    lowered = apply_rules(graph, GRAD_RULES, max_rounds=2)
     assert expected_weights(lowered) == expected_weights(graph)
     assert [n.op for n in lowered.nodes].count("rel_position_bias") == 1
+    assert [n.op for n in run_passes(graph, ["decompose"]).nodes].count("attention") == 1

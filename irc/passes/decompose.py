@@ -121,8 +121,10 @@ def _unembed(ctx: Context, node: Node) -> Rewrite | None:
     return e.done()
 
 
-def _attention(ctx: Context, node: Node) -> Rewrite | None:
-    if node.op != "attention":
+def _attention(ctx: Context, node: Node, tables: bool = False) -> Rewrite | None:
+    """An attention layer as its matmuls; one with its own T5 table only with ``tables`` (the grad pass's
+    rule): inference keeps that layer whole, whose kernels read the table without a T×S bias tensor."""
+    if node.op != "attention" or (node.attrs["rel_buckets"] is not None and not tables):
         return None
     a = node.attrs
     e = _Emit(ctx, node)
@@ -245,7 +247,13 @@ def _mla(ctx: Context, node: Node) -> Rewrite | None:
     return e.done()
 
 
+def _attention_with_table(ctx: Context, node: Node) -> Rewrite | None:
+    return _attention(ctx, node, tables=True)
+
+
 RULES = [_linear, _ffn, _swiglu, _unembed, _attention, _mla]
+# what the grad pass lowers: every layer, an attention with its own T5 table too (rel_position_bias over its key)
+GRAD_RULES = [_linear, _ffn, _swiglu, _unembed, _attention_with_table, _mla]
 
 
 @register_pass("decompose", "lower layers to primitives: param, gemm, matmul, softmax, reshape, ...")

@@ -22,7 +22,7 @@ from irc.graph import Graph, Node
 from irc.ops import ShapeError, get_op, normalize_attrs
 from irc.ops.registry import AttrError
 from irc.passes import grad_flash  # noqa: F401  (registers flash-grad, which fuses a differentiated attention)
-from irc.passes.decompose import RULES as DECOMPOSE_RULES
+from irc.passes.decompose import GRAD_RULES
 from irc.passes.names import dotted_name, fresh_name, name_part
 from irc.passes.registry import register_pass
 from irc.passes.rewrite import apply_rules, eliminate_dead
@@ -112,7 +112,7 @@ def _value_name(key: str) -> str:
 
 @register_pass("grad", "reverse-mode autodiff of a scalar loss: outputs the loss and grad_<weight key> per weight")
 def grad(graph: Graph) -> Graph:
-    fwd = apply_rules(graph, DECOMPOSE_RULES, max_rounds=2)
+    fwd = apply_rules(graph, GRAD_RULES, max_rounds=2)
     loss = _loss_node(fwd)
     types = fwd.value_types()
     needs = _requires_grad(fwd, types)
