@@ -22,7 +22,7 @@ from irc.backends.cpu.render.activations import act, register
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import gemm_call
 from irc.backends.cpu.render.grad_elementwise import DERIVATIVE, GELU_TANH_GRAD
-from irc.backends.cpu.render.moe import route_kernel
+from irc.backends.cpu.render.moe import experts_kernel, route_kernel
 from irc.backends.literals import f32_literal
 
 JIT = jit()
@@ -32,34 +32,23 @@ EXPERTS_GRAD = """\
 def {name}(x, dy, chosen, cw, {weights}, {grads}, dxs, dws):
     # one task per expert e: its rows' dx into dxs[i, j] and dy·FFN_e(x[i]) into dws[i, j] (e = chosen[i, j]),
     # and the gradients of its own matrices
-    n, d = x.shape
-    k = chosen.shape[1]
+    d = x.shape[1]
     for e in prange({first}.shape[0]):
-        cnt = 0
-        for i in range(n):
-            for j in range(k):
-                if chosen[i, j] == e:
-                    cnt += 1
+        rows, slots = expert_tokens(chosen, e)
+        cnt = rows.size
         if cnt == 0:
 {zero}\
             continue
-        rows = np.empty(cnt, np.int64)
-        slots = np.empty(cnt, np.int64)
         xs = np.empty((cnt, d), np.float32)
         ds = np.empty((cnt, d), np.float32)  # dy
         dsw = np.empty((cnt, d), np.float32)  # w·dy, the gradient of the expert's output
-        r = 0
-        for i in range(n):
-            for j in range(k):
-                if chosen[i, j] == e:
-                    rows[r] = i
-                    slots[r] = j
-                    wgt = cw[i, j]
-                    for c in range(d):
-                        xs[r, c] = x[i, c]
-                        ds[r, c] = dy[i, c]
-                        dsw[r, c] = wgt * dy[i, c]
-                    r += 1
+        for a in range(cnt):
+            i = rows[a]
+            wgt = cw[i, slots[a]]
+            for c in range(d):
+                xs[a, c] = x[i, c]
+                ds[a, c] = dy[i, c]
+                dsw[a, c] = wgt * dy[i, c]
 {body}\
         for a in range(cnt):
             dws[rows[a], slots[a]] = dwa[a]
@@ -173,7 +162,7 @@ def _experts_grad_kernel(ctx: NodeCtx, act_name: str, gated: bool) -> str:
     src = EXPERTS_GRAD.format(jit=JIT, name=name, weights=", ".join(names), grads=", ".join(grads), first=names[0],
                               zero="".join(ZERO.format(g=g) for g in grads), body=body)
     args = (A2, A2, I2, A2) + (A3,) * (2 * len(names)) + (A3, A2)
-    return ctx.kernel(Kernel(name, src, args))
+    return experts_kernel(ctx, Kernel(name, src, args))
 
 
 def render_moe_grad(ctx: NodeCtx) -> None:

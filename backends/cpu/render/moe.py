@@ -69,31 +69,48 @@ def route_kernel(ctx: NodeCtx) -> str:
     return ctx.kernel(Kernel("k_moe_route", ROUTE.format(jit=JIT), (A2, I2, A2, I64, F32)))
 
 
+# the (token, slot) pairs that chose expert e, in token order: what the forward and the backward gather
+EXPERT_TOKENS = f"""\
+{DEVICE_JIT}
+def expert_tokens(chosen, e):
+    n, k = chosen.shape
+    cnt = 0
+    for i in range(n):
+        for j in range(k):
+            if chosen[i, j] == e:
+                cnt += 1
+    rows = np.empty(cnt, np.int64)
+    slots = np.empty(cnt, np.int64)
+    r = 0
+    for i in range(n):
+        for j in range(k):
+            if chosen[i, j] == e:
+                rows[r] = i
+                slots[r] = j
+                r += 1
+    return rows, slots
+"""
+
+
+def experts_kernel(ctx: NodeCtx, kernel: Kernel) -> str:
+    """Add an experts kernel, and the expert_tokens it calls, to the module; its name."""
+    ctx.parts.device("expert_tokens", EXPERT_TOKENS)
+    return ctx.kernel(kernel)
+
+
 # the body every expert task runs: gather its tokens, then {ffn} on the rows xs, then scatter
 EXPERTS = """\
 {jit}
 def {name}(x, chosen, cw, {weights}, y):
     # y[i, j] = cw[i, j] * FFN_e(x[i]) for e = chosen[i, j]: one task per expert, BLAS on its rows
-    n, d = x.shape
-    k = chosen.shape[1]
+    d = x.shape[1]
     for e in prange({first}.shape[0]):
-        cnt = 0
-        for i in range(n):
-            for j in range(k):
-                if chosen[i, j] == e:
-                    cnt += 1
+        rows, slots = expert_tokens(chosen, e)
+        cnt = rows.size
         if cnt > 0:
-            rows = np.empty(cnt, np.int64)
-            slots = np.empty(cnt, np.int64)
             xs = np.empty((cnt, d), np.float32)
-            r = 0
-            for i in range(n):
-                for j in range(k):
-                    if chosen[i, j] == e:
-                        rows[r] = i
-                        slots[r] = j
-                        xs[r] = x[i]
-                        r += 1
+            for a in range(cnt):
+                xs[a] = x[rows[a]]
 {ffn}\
             for a in range(cnt):
                 wgt = cw[rows[a], slots[a]]
@@ -127,7 +144,7 @@ def _experts_kernel(ctx: NodeCtx, act_name: str, gated: bool) -> str:
     name = f"k_moe_{'gated' if gated else 'plain'}_{act_name}"
     src = EXPERTS.format(jit=JIT, name=name, weights=", ".join(names), first=names[0],
                          ffn=(GATED_FFN if gated else PLAIN_FFN).format(expr=expr))
-    return ctx.kernel(Kernel(name, src, (A2, I2, A2) + (A3,) * len(names) + (A3,)))
+    return experts_kernel(ctx, Kernel(name, src, (A2, I2, A2) + (A3,) * len(names) + (A3,)))
 
 
 def _shared(ctx: NodeCtx, x: str, rows: int, gated: bool, out: str) -> None:
