@@ -1,14 +1,16 @@
-"""Convolutions (grouped: im2col + BLAS per image and group; otherwise conv_gemm.py or Winograd), conv2d_bn
-(BatchNorm folded at load) and pooling; 1-D runs as 2-D with H = 1."""
+"""Convolutions (grouped: im2col + BLAS per image and group; otherwise Winograd for 3×3 of stride 1, the tap
+sum of conv_taps.py, the exact im2col panel of conv_cols.py or conv_gemm.py's tiles, as _conv_kernel picks),
+conv2d_bn (BatchNorm folded at load) and pooling; 1-D runs as 2-D with H = 1."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
 import irc.ops.fused_conv  # noqa: F401  (registers conv2d_bn, which the renderer table names)
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import winograd
+from irc.backends.cpu.render import conv_blas, conv_cols, conv_taps, winograd
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.conv_gemm import conv_gemm_kernel
 from irc.backends.cpu.render.gemm import THREADS
@@ -99,17 +101,54 @@ def _geometry(ctx: NodeCtx, nd: int) -> tuple[int, ...]:
     return (*_spatial(nd, kernel, 1), *_spatial(nd, stride, 1), *_spatial(nd, pads, 0), *_spatial(nd, dilation, 1))
 
 
-def _gemm_conv_call(ctx: NodeCtx, nd: int, w2: str, b: str, res: str | None, act_name: str) -> None:
-    """The call of k_conv2d_<act> on [B, C, H, W] views: ``w2`` is the weight as [out, in·kh·kw]."""
-    kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, nd)
-    k = conv_gemm_kernel(ctx, act_name)
+def _conv_kernel(ci: int, geometry: tuple[int, ...], nb: int, ho: int, wo: int) -> str:
+    """Which kernel serves a convolution without groups (Winograd's 3×3s aside): the tap sum when each tap's
+    GEMM has channels enough and the grid's extra columns are few (≤ 1/4 of a row: 3×3 of stride 2 on a
+    7×7 output wastes 1/7 and still wins), the exact im2col panel otherwise (the 3-channel stem, a 3×3 of
+    stride 1 on a 7×7 map, a batch of 1×1s on small maps), the im2col tiles over the tap sum's grid for few
+    channels at stride 1."""
+    kh, kw, sh, sw, ph, pw, dh, dw = geometry
+    extra = ((kw - 1) * dw) // sw
+    if nb > 1 and ho * wo < 256:  # a GEMM per image would be too narrow: one for the batch
+        return "cols"
+    if conv_taps.applies(ci, 1) and 4 * extra <= wo:
+        return "taps"
+    return "gemm" if (sh, sw) == (1, 1) and not conv_taps.applies(ci, 1) else "cols"
+
+
+def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str | None, w_expr: str, b: str,
+                    res: str | None, act_name: str, has_bias: bool = True) -> None:
+    """The convolution without groups on [B, C, H, W] views, by the kernel _conv_kernel picks. ``flat()``
+    gives the weight as [out, in·kh·kw] (looked up or derived when called); the tap sum derives its
+    (ki, kj, c) order from ``w_expr`` (any shape of [out, in, kh, kw]'s size) under ``w_key``, or computes
+    it on every run when ``w_key`` is None (weights that are computed values)."""
+    geometry = _geometry(ctx, nd)
+    kh, kw, sh, sw, ph, pw, dh, dw = geometry
+    co, ci = ctx.out_shape()[1], ctx.in_shape()[1]
     out_shape = ctx.out_shape()
-    out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None else ())
+    x_shape = ctx.in_shape() if nd == 2 else (ctx.in_shape()[0], ci, 1, ctx.in_shape()[2])
+    o_shape = out_shape if nd == 2 else (out_shape[0], co, 1, out_shape[2])
+    kind = _conv_kernel(ci, geometry, o_shape[0], o_shape[2], o_shape[3])
+    in_place = kind == "taps" and ((kw - 1) * dw) // sw == 0  # its GEMMs write the output before reading res
+    w = conv_taps.tap_weight(ctx, w_key, w_expr, co, ci, kh, kw) if kind == "taps" and kh * kw > 1 else flat()
+    out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None and not in_place else ())
     rows = f"{out_shape[0]}, {out_shape[1]}, {prod(out_shape[2:])}"
     res3 = f"{res}.reshape({rows})" if res is not None else f"{out}.reshape({rows})"  # unread when has_res=0
-    ctx.emit(f"{k}({_as_4d(ctx.args[0], ctx.in_shape(), nd)}, {w2}, {b}, {res3}, {_as_4d(out, out_shape, nd)}, "
-             f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, kh={kh}, kw={kw}, "
-             f"has_res={0 if res is None else 1}, parts={THREADS})")
+    x4, o4 = _as_4d(ctx.args[0], ctx.in_shape(), nd), _as_4d(out, out_shape, nd)
+    operands = f"{x4}, {w}, {b}, {res3}, {o4}"
+    window = f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, kh={kh}, kw={kw}"
+    has_res = 0 if res is None else 1
+    if kind == "taps":
+        work = conv_blas.work(ctx, conv_taps.work_size(geometry, x_shape, o_shape))
+        ctx.emit(f"{conv_taps.conv_taps_kernel(ctx, act_name)}({operands}, {work}, {window}, "
+                 f"has_bias={int(has_bias)}, has_res={has_res}, pb={conv_taps.block(co)}, parts={THREADS})")
+    elif kind == "cols":
+        tile = conv_cols.tile(co, ci * kh * kw, o_shape[0] * o_shape[2] * o_shape[3])
+        work = conv_blas.work(ctx, conv_cols.work_size(geometry, x_shape, o_shape, tile))
+        ctx.emit(f"{conv_cols.conv_cols_kernel(ctx, act_name)}({operands}, {work}, {window}, has_res={has_res}, "
+                 f"tile={tile}, parts={THREADS})")
+    else:
+        ctx.emit(f"{conv_gemm_kernel(ctx, act_name)}({operands}, {window}, has_res={has_res}, parts={THREADS})")
 
 
 def _winograd(ctx: NodeCtx) -> bool:
@@ -127,8 +166,9 @@ def render_conv(ctx: NodeCtx) -> None:
         winograd.winograd_call(ctx, u, bias, None, "none", *_geometry(ctx, 2)[4:6])
         return
     if groups == 1:
-        w2 = f"{ctx.weight('weight')}.reshape({w_shape[0]}, {prod(w_shape[1:])})"
-        _gemm_conv_call(ctx, nd, w2, bias, None, "none")
+        w = ctx.weight("weight")
+        _gemm_conv_call(ctx, nd, lambda: f"{w}.reshape({w_shape[0]}, {prod(w_shape[1:])})", ctx.weight_key("weight"),
+                        w, bias, None, "none", has_bias=ctx.has_weight("bias"))
         return
     kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, nd)
     k = ctx.kernel(CONV2D_KERNEL)
@@ -178,10 +218,14 @@ def render_conv_bn(ctx: NodeCtx) -> None:
         ctx.helper("winograd_filter", winograd.FILTER)
         winograd.winograd_call(ctx, u, b2, res, ctx.attr("act"), *_geometry(ctx, 2)[4:6])
         return
-    w2 = ctx.derive(f"~bn_fold_weight({tag})", w2_expr) if weights else w2_expr
+    def folded() -> str:
+        return ctx.derive(f"~bn_fold_weight({tag})", w2_expr) if weights else w2_expr
+
     if int(ctx.attr("groups")) == 1:
-        _gemm_conv_call(ctx, 2, w2, b2, res, ctx.attr("act"))
+        _gemm_conv_call(ctx, 2, folded, f"bn_fold_weight({tag})" if weights else None, w2_expr, b2, res,
+                        ctx.attr("act"))
         return
+    w2 = folded()
     kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, 2)
     k = ctx.kernel(CONV2D_KERNEL)
     out = ctx.alloc()

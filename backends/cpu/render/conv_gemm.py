@@ -28,7 +28,7 @@ def {name}(x, w2, b, res, out, sh, sw, ph, pw, dh, dw, kh, kw, has_res, parts):
     hq = ho + ((kh - 1) * dh) // sh + 1  # one zero row more: the grid's last columns read past the map
     planes = np.empty((nb, sh * sw, ci, hq * wq), np.float32)
     for t in prange(nb * sh * sw):
-        conv_phases(x, planes, t, sh, sw, ph, pw, hq, wq)
+        conv_phases(x, planes, t, sh, sw, ph, pw, hq, wq, 0, ci)
     npos = ho * wq
     ncol = nb * npos
     out3 = out.reshape(nb, co, ho * wo)
@@ -91,9 +91,9 @@ def {name}(x, w2, b, res, out, sh, sw, ph, pw, dh, dw, kh, kw, has_res, parts):
 
 PHASES = """\
 {jit}
-def conv_phases(x, planes, t, sh, sw, ph, pw, hq, wq):
-    \"\"\"Task t = (image, phase) of the padded phase planes: plane (pr, pc) of channel c holds, at (u, v),
-    input (u·sh + pr − ph, v·sw + pc − pw), zero outside the input.\"\"\"
+def conv_phases(x, planes, t, sh, sw, ph, pw, hq, wq, c0, c1):
+    \"\"\"Channels [c0, c1) of task t = (image, phase) of the padded phase planes: plane (pr, pc) of channel c
+    holds, at (u, v), input (u·sh + pr − ph, v·sw + pc − pw), zero outside the input.\"\"\"
     nb, ci, hi, wi = x.shape
     nphase = sh * sw
     n = t // nphase
@@ -102,7 +102,7 @@ def conv_phases(x, planes, t, sh, sw, ph, pw, hq, wq):
     pc = f % sw
     lo = max(0, (pw - pc + sw - 1) // sw)  # first v whose input column is >= 0
     top = max(lo, min(wq, (wi - 1 + pw - pc) // sw + 1))  # past the last v inside the row
-    for c in range(ci):
+    for c in range(c0, c1):
         dst = planes[n, f, c]
         for u in range(hq):
             y = u * sh + pr - ph
@@ -115,12 +115,16 @@ def conv_phases(x, planes, t, sh, sw, ph, pw, hq, wq):
             for v in range(lo):
                 dst[row + v] = np.float32(0.0)
             off = pc - pw
+            # indices cast to uint64: numba adds no negative-index wraparound check, and the copies vectorise
             if sw == 1:
                 for v in range(lo, top):
-                    dst[row + v] = src[v + off]
+                    dst[np.uint64(row + v)] = src[np.uint64(v + off)]
+            elif sw == 2:
+                for v in range(lo, top):
+                    dst[np.uint64(row + v)] = src[np.uint64(2 * v + off)]
             else:
                 for v in range(lo, top):
-                    dst[row + v] = src[v * sw + off]
+                    dst[np.uint64(row + v)] = src[np.uint64(v * sw + off)]
             for v in range(top, wq):
                 dst[row + v] = np.float32(0.0)
 """
@@ -146,7 +150,7 @@ def conv_im2col(planes, col, r0, r1, j0, j1, npos, wq, sh, sw, dh, dw, kh, kw):
             src = planes[n, f, c]
             d = j - j0 - q0
             for q in range(q0, q1):
-                dst[d + q] = src[off + q]
+                dst[np.uint64(d + q)] = src[np.uint64(off + q)]
             j += q1 - q0
 """
 

@@ -31,12 +31,19 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
     hq = 2 * ty_n + 2
     wq = 2 * tx_n + 2
     planes = np.empty((nb, 1, ci, hq * wq), np.float32)  # the padded input, every tile's patch inside
-    for t in prange(nb):
-        conv_phases(x, planes, t, 1, 1, ph, pw, hq, wq)
+    cblocks = parts if nb < 2 * parts else 1
+    for t in prange(nb * cblocks):
+        c = t % cblocks
+        conv_phases(x, planes, t // cblocks, 1, 1, ph, pw, hq, wq, c * ci // cblocks, (c + 1) * ci // cblocks)
     ntile = nb * ty_n * tx_n
     chunk = max(8, min(ntile, 24576 // (ci + co)))
     nchunk = (ntile + chunk - 1) // chunk
-    by_tiles = nchunk >= 2 * parts
+    # by chunks of tiles each thread reads all of U once a chunk: fine while U stays in L2 (≤ 1 MiB), else
+    # (ResNet's 256 and 512 channels at B = 8) splitting the output channels reads U once, plus all of V
+    usize = 16 * co * ci
+    tiles_cost = (nchunk + parts - 1) // parts * (usize if usize > 262144 else 0)
+    channels_cost = usize // parts + 16 * ci * ntile + 16 * co * ntile // parts
+    by_tiles = nchunk >= 2 * parts and tiles_cost <= channels_cost
     if by_tiles:
         nchunk = (nchunk + parts - 1) // parts * parts
         chunk = (ntile + nchunk - 1) // nchunk
@@ -47,6 +54,7 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
         for c in prange(parts):
             winograd_input(planes, v_all, c * ci // parts, (c + 1) * ci // parts, 0, ntile, ty_n, tx_n, wq)
     out3 = out.reshape(nb, co, ho * wo)
+    U = np.uint64
     for c in prange(parts):
         k0, k1, o0, o1 = 0, 1, c * co // parts, (c + 1) * co // parts
         if by_tiles:
@@ -69,6 +77,7 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
             prod = mbuf[:16 * (o1 - o0) * m].reshape(16, o1 - o0, m)
             for e in range(16):
                 np.dot(u[e, o0:o1], v[e], prod[e])
+            mf = mbuf[:16 * (o1 - o0) * m]
             # the output transform and the epilogue, one row of tiles at a time
             t = t0
             while t < t1:
@@ -80,47 +89,54 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
                 full = min(a1, wo // 2)  # tiles whose two columns are both outputs
                 two_rows = 2 * ty + 1 < ho
                 q = t - t0 - a0
+                em = (o1 - o0) * m  # element e of tile column j, channel o, is mf[e·em + (o − o0)·m + j]
                 for o in range(o0, o1):
                     bo = b[o]
-                    pm = prod[:, o - o0]
                     dst = out3[n, o]
                     src = res[n, o]
                     d0 = 2 * ty * wo
                     d1 = d0 + wo
+                    g = (o - o0) * m + q  # flat indices cast to uint64: no wraparound check per access
                     for tx in range(a0, a1):
-                        j = q + tx
-                        s00 = pm[0, j] + pm[4, j] + pm[8, j]
-                        s01 = pm[1, j] + pm[5, j] + pm[9, j]
-                        s02 = pm[2, j] + pm[6, j] + pm[10, j]
-                        s03 = pm[3, j] + pm[7, j] + pm[11, j]
-                        s10 = pm[4, j] - pm[8, j] - pm[12, j]
-                        s11 = pm[5, j] - pm[9, j] - pm[13, j]
-                        s12 = pm[6, j] - pm[10, j] - pm[14, j]
-                        s13 = pm[7, j] - pm[11, j] - pm[15, j]
+                        j = g + tx
+                        p0, p1, p2, p3 = mf[U(j)], mf[U(j + em)], mf[U(j + 2 * em)], mf[U(j + 3 * em)]
+                        p4, p5, p6, p7 = mf[U(j + 4 * em)], mf[U(j + 5 * em)], mf[U(j + 6 * em)], mf[U(j + 7 * em)]
+                        p8, p9, p10, p11 = (mf[U(j + 8 * em)], mf[U(j + 9 * em)], mf[U(j + 10 * em)],
+                                            mf[U(j + 11 * em)])
+                        p12, p13, p14, p15 = (mf[U(j + 12 * em)], mf[U(j + 13 * em)], mf[U(j + 14 * em)],
+                                              mf[U(j + 15 * em)])
+                        s00 = p0 + p4 + p8
+                        s01 = p1 + p5 + p9
+                        s02 = p2 + p6 + p10
+                        s03 = p3 + p7 + p11
+                        s10 = p4 - p8 - p12
+                        s11 = p5 - p9 - p13
+                        s12 = p6 - p10 - p14
+                        s13 = p7 - p11 - p15
                         y00 = s00 + s01 + s02 + bo
                         y01 = s01 - s02 - s03 + bo
                         y10 = s10 + s11 + s12 + bo
                         y11 = s11 - s12 - s13 + bo
                         c0 = 2 * tx
                         if has_res:
-                            y00 += src[d0 + c0]
+                            y00 += src[U(d0 + c0)]
                             if tx < full:
-                                y01 += src[d0 + c0 + 1]
+                                y01 += src[U(d0 + c0 + 1)]
                             if two_rows:
-                                y10 += src[d1 + c0]
+                                y10 += src[U(d1 + c0)]
                                 if tx < full:
-                                    y11 += src[d1 + c0 + 1]
+                                    y11 += src[U(d1 + c0 + 1)]
                         v = y00
-                        dst[d0 + c0] = {expr}
+                        dst[U(d0 + c0)] = {expr}
                         if tx < full:
                             v = y01
-                            dst[d0 + c0 + 1] = {expr}
+                            dst[U(d0 + c0 + 1)] = {expr}
                         if two_rows:
                             v = y10
-                            dst[d1 + c0] = {expr}
+                            dst[U(d1 + c0)] = {expr}
                             if tx < full:
                                 v = y11
-                                dst[d1 + c0 + 1] = {expr}
+                                dst[U(d1 + c0 + 1)] = {expr}
                 t += a1 - a0
 """
 
@@ -130,7 +146,9 @@ def winograd_input(planes, vbuf, c0, c1, t0, t1, ty_n, tx_n, wq):
     \"\"\"V = Bᵀ·d·B of channels [c0, c1) for tiles [t0, t1) into vbuf as [16, in, t1 − t0].\"\"\"
     ci = planes.shape[2]
     m = t1 - t0
-    v = vbuf[:16 * ci * m].reshape(16, ci, m)
+    vf = vbuf[:16 * ci * m]
+    em = ci * m
+    U = np.uint64
     per = ty_n * tx_n
     for c in range(c0, c1):
         t = t0
@@ -143,47 +161,37 @@ def winograd_input(planes, vbuf, c0, c1, t0, t1, ty_n, tx_n, wq):
             src = planes[n, 0, c]
             q = t - t0 - a0
             row = 2 * ty * wq
+            # flat indices cast to uint64: numba then adds no negative-index wraparound check per access
             for tx in range(a0, a1):
                 p = row + 2 * tx
-                d00 = src[p]
-                d01 = src[p + 1]
-                d02 = src[p + 2]
-                d03 = src[p + 3]
-                d10 = src[p + wq]
-                d11 = src[p + wq + 1]
-                d12 = src[p + wq + 2]
-                d13 = src[p + wq + 3]
-                d20 = src[p + 2 * wq]
-                d21 = src[p + 2 * wq + 1]
-                d22 = src[p + 2 * wq + 2]
-                d23 = src[p + 2 * wq + 3]
-                d30 = src[p + 3 * wq]
-                d31 = src[p + 3 * wq + 1]
-                d32 = src[p + 3 * wq + 2]
-                d33 = src[p + 3 * wq + 3]
+                d00, d01, d02, d03 = src[U(p)], src[U(p + 1)], src[U(p + 2)], src[U(p + 3)]
+                d10, d11, d12, d13 = src[U(p + wq)], src[U(p + wq + 1)], src[U(p + wq + 2)], src[U(p + wq + 3)]
+                p2, p3 = p + 2 * wq, p + 3 * wq
+                d20, d21, d22, d23 = src[U(p2)], src[U(p2 + 1)], src[U(p2 + 2)], src[U(p2 + 3)]
+                d30, d31, d32, d33 = src[U(p3)], src[U(p3 + 1)], src[U(p3 + 2)], src[U(p3 + 3)]
                 # Bᵀ·d: rows (d0 − d2, d1 + d2, d2 − d1, d1 − d3)
                 r00, r01, r02, r03 = d00 - d20, d01 - d21, d02 - d22, d03 - d23
                 r10, r11, r12, r13 = d10 + d20, d11 + d21, d12 + d22, d13 + d23
                 r20, r21, r22, r23 = d20 - d10, d21 - d11, d22 - d12, d23 - d13
                 r30, r31, r32, r33 = d10 - d30, d11 - d31, d12 - d32, d13 - d33
-                j = q + tx
+                j = c * m + q + tx  # element e of the tile is vf[e·ci·m + j]
                 # (Bᵀ·d)·B: the same on columns
-                v[0, c, j] = r00 - r02
-                v[1, c, j] = r01 + r02
-                v[2, c, j] = r02 - r01
-                v[3, c, j] = r01 - r03
-                v[4, c, j] = r10 - r12
-                v[5, c, j] = r11 + r12
-                v[6, c, j] = r12 - r11
-                v[7, c, j] = r11 - r13
-                v[8, c, j] = r20 - r22
-                v[9, c, j] = r21 + r22
-                v[10, c, j] = r22 - r21
-                v[11, c, j] = r21 - r23
-                v[12, c, j] = r30 - r32
-                v[13, c, j] = r31 + r32
-                v[14, c, j] = r32 - r31
-                v[15, c, j] = r31 - r33
+                vf[U(j)] = r00 - r02
+                vf[U(j + em)] = r01 + r02
+                vf[U(j + 2 * em)] = r02 - r01
+                vf[U(j + 3 * em)] = r01 - r03
+                vf[U(j + 4 * em)] = r10 - r12
+                vf[U(j + 5 * em)] = r11 + r12
+                vf[U(j + 6 * em)] = r12 - r11
+                vf[U(j + 7 * em)] = r11 - r13
+                vf[U(j + 8 * em)] = r20 - r22
+                vf[U(j + 9 * em)] = r21 + r22
+                vf[U(j + 10 * em)] = r22 - r21
+                vf[U(j + 11 * em)] = r21 - r23
+                vf[U(j + 12 * em)] = r30 - r32
+                vf[U(j + 13 * em)] = r31 + r32
+                vf[U(j + 14 * em)] = r32 - r31
+                vf[U(j + 15 * em)] = r31 - r33
             t += a1 - a0
 """
 

@@ -1,0 +1,206 @@
+"""The GEMM convolutions of the cpu backend against the NumPy reference in float64: the tap sum (conv_taps.py:
+a GEMM per tap read in place from phase planes) and the exact im2col panel (conv_cols.py: the few-channel
+stem and small maps, where the tap sum's grid would waste columns). Every input of the family has at least
+conv_taps.MIN_CHANNELS channels or a stride, so every convolution here that is not a 3×3 of stride 1 takes
+one of the two.
+
+Shapes cross their boundaries: strides 2 and 3 (phase planes, some unread: a 1×1 of stride 2 reads one of
+four), padding on every side, dilation, rectangular and even kernels, windows wider than the map, 1×1 of
+stride 1 without padding (the input read as its own plane), 1×1 grids written in place, an odd batch (work
+split inside images), maps too small to split by positions (split by output channels), the panel of the
+whole batch and tiles of it, conv1d, and the fold-bn pass's conv2d_bn with residual and ReLU, including
+weights computed on every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_cpu_backend_helpers import assert_matches, build, cpu_cache, random_inputs, random_weights, reference
+
+from irc.backends.cpu import compile_graph
+from irc.backends.cpu.render import conv_taps
+from irc.pipeline import run_passes
+
+_ = cpu_cache
+
+FAMILY = """
+model taps_family(B) {
+  input x: f32[B, 20, 23, 19]
+  input small: f32[B, 32, 9, 9]
+  input seq: f32[B, 16, 29]
+  output y_3x3_s2 = conv2d(x, 24, 3, stride=2, padding=1, bias=false)
+  output y_1x1_s2 = conv2d(x, 17, 1, stride=2)
+  output y_1x1 = conv2d(x, 9, 1)
+  output y_1x1_padded = conv2d(x, 9, 1, padding=1, stride=[2, 3])
+  output y_7x7_s2 = conv2d(x, 8, 7, stride=2, padding=3)
+  output y_5x5 = conv2d(x, 8, 5, padding=2)
+  output y_dilated = conv2d(x, 8, 3, dilation=2, padding=2)
+  output y_dilated_s2 = conv2d(x, 8, 3, dilation=2, stride=2, padding=1)
+  output y_rect = conv2d(x, 6, [3, 5], stride=[1, 3], padding=[2, 0])
+  output y_same_even = conv2d(x, 5, 4, padding=same)
+  output y_wide = conv2d(x, 7, 9, padding=4, stride=3)
+  output y_valid_s3 = conv2d(x, 7, 3, stride=3)
+  output y_small_s2 = conv2d(small, 40, 3, stride=2, padding=1)
+  output y_small_1x1 = conv2d(small, 40, 1, stride=2)
+  output y_1d = conv1d(seq, 12, 3, stride=2, padding=1)
+  input rgb: f32[B, 3, 30, 26]
+  output y_stem = conv2d(rgb, 16, 7, stride=2, padding=3)
+}
+"""
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_tap_sum_convolutions_match_reference(b, cpu_cache):
+    graph = build(FAMILY, B=b)
+    w, x = random_weights(graph), random_inputs(graph)
+    compiled = compile_graph(graph, cache_dir=cpu_cache)
+    assert [k for k in dir(compiled.module) if k.startswith("k_")] == ["k_conv_cols_none", "k_conv_taps_none"]
+    assert_matches(compiled.run(w, x), reference(graph, w, x))
+
+
+SPLIT = """
+model conv_split(B) {
+  input x: f32[B, 24, 21, 17]
+  input tiny: f32[B, 32, 7, 7]
+  input rgb: f32[B, 3, 30, 26]
+  output y_s2 = conv2d(x, 20, 3, stride=2, padding=1)
+  output y_1x1 = conv2d(x, 20, 1, stride=2)
+  output y_tiny_1x1 = conv2d(tiny, 36, 1, stride=2)
+  output y_tiny = conv2d(tiny, 36, 3, stride=2, padding=1)
+  output y_stem = conv2d(rgb, 16, 7, stride=2, padding=3)
+  output y_taps = conv2d(x, 8, 1)
+}
+"""
+
+
+@pytest.mark.parametrize("b", [1, 2, 3])
+def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
+    """Both kernels called directly with 1 to 7 parts. The tap sum: whole images per thread, chunks of each
+    image's positions, or output-channel blocks (the 4×4 map). The panel (also of a 1×1, gathered from the
+    input without planes): tiles of columns that cut output rows and run from one image into the next, or
+    one panel of the batch with the output channels split.
+    Work buffers start as NaN, so a temporary read before it is written shows."""
+    graph = build(SPLIT, B=b)
+    w, x = random_weights(graph), random_inputs(graph)
+    module = compile_graph(graph, cache_dir=cpu_cache).module
+    assert [k for k in dir(module) if k.startswith("k_")] == ["k_conv_cols_none", "k_conv_taps_none"]
+    want = reference(graph, w, x)
+
+    def hwc(name, co, ci, k):  # the tap sum's weight order: [out, (ki, kj, c)]
+        return np.ascontiguousarray(w[f"{name}.weight"].transpose(0, 2, 3, 1).reshape(co, k * k * ci))
+
+    def flat(name, co):
+        return np.ascontiguousarray(w[f"{name}.weight"].reshape(co, -1))
+
+    taps = {"y_s2": ("x", hwc("y_s2", 20, 24, 3), 2, 1, 3), "y_1x1": ("x", flat("y_1x1", 20), 2, 0, 1),
+            "y_tiny_1x1": ("tiny", flat("y_tiny_1x1", 36), 2, 0, 1)}
+    cols = {"y_tiny": ("tiny", flat("y_tiny", 36), 2, 1, 3, [7, 1000]),
+            "y_stem": ("rgb", flat("y_stem", 16), 2, 3, 7, [64, 100, 1000]),
+            "y_1x1": ("x", flat("y_1x1", 20), 2, 0, 1, [13, 1000])}  # a 1×1's panel gathered from x
+    for parts in range(1, 8):
+        got = {}
+        for name, (src, wt, s, p, k) in taps.items():
+            out = np.full(want[name].shape, np.nan, np.float32)
+            co = out.shape[1]
+            work = np.full(60_000 + parts * co * conv_taps.block(co), np.nan, np.float32)
+            module.k_conv_taps_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work, s, s, p, p, 1,
+                                    1, k, k, 1, 0, conv_taps.block(co), parts)
+            got[name] = out
+        assert_matches(got, {k: want[k] for k in taps})
+        for name, (src, wt, s, p, k, tiles) in cols.items():
+            for tile in tiles:  # 1000: the whole batch in one panel
+                out = np.full(want[name].shape, np.nan, np.float32)
+                co = out.shape[1]
+                work = np.full(500_000, np.nan, np.float32)
+                module.k_conv_cols_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work, s, s, p,
+                                        p, 1, 1, k, k, 0, tile, parts)
+                assert_matches({name: out}, {name: want[name]})
+
+
+FOLD = """
+model taps_fold(B) {
+  input x: f32[B, 16, 14, 14]
+  input y: f32[B, 32, 7, 7]
+  a = conv2d(x, 32, 3, stride=2, padding=1, bias=false)
+  output y_3x3_res_relu = relu(batchnorm(a) + relu(y))
+  p = conv2d(x, 32, 1, stride=2, bias=false)
+  output y_1x1_res_relu = relu(batchnorm(p) + relu(y))
+  q = conv2d(x, 24, 1, bias=false)
+  output y_1x1_bn = batchnorm(q)
+}
+"""
+
+
+def _bn_weights(graph, seed: int = 3) -> dict[str, np.ndarray]:
+    """Random weights with BatchNorm statistics and affine terms far from the identity."""
+    rng = np.random.default_rng(seed)
+    w = random_weights(graph)
+    for k in w:
+        if k.endswith(("running_mean", ".bias")):
+            w[k] = (rng.standard_normal(w[k].shape) * 0.2).astype(np.float32)
+        elif k.endswith(("running_var", ".gain")):
+            w[k] = rng.uniform(0.5, 1.5, w[k].shape).astype(np.float32)
+    return w
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_folded_convolutions_with_residual_and_relu(b, cpu_cache):
+    """conv2d_bn through the tap sum (B = 1) and the panel (B = 2: small maps). The tap sum's 1×1 GEMMs
+    write the output before the epilogue reads the residual, so the residual's dying buffer (relu(y) dies
+    at the add) must not be the output."""
+    graph = build(FOLD, B=b)
+    folded = run_passes(graph, ["fuse", "fold-bn"])
+    fused = [n for n in folded.nodes if n.op == "conv2d_bn"]
+    assert len(fused) == 3 and sum(len(n.inputs) == 7 for n in fused) == 2
+    w, x = _bn_weights(graph), random_inputs(graph)
+    compiled = compile_graph(folded, cache_dir=cpu_cache)
+    kind = "taps" if b == 1 else "cols"
+    assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == {f"k_conv_{kind}_relu", f"k_conv_{kind}_none"}
+    got = compiled.run(w, x)
+    assert_matches(got, reference(graph, w, x), tol=1e-5)
+
+
+INLINE = """// irc IR v1
+graph @m(B) {
+  %x = input : f32[B,16,13,13]
+  %w = input : f32[24,16,3,3]
+  %g = input : f32[24]
+  %b = input : f32[24]
+  %m = input : f32[24]
+  %v = input : f32[24]
+  %r = input : f32[B,24,7,7]
+  %y = conv2d_bn %x, %w, %g, %b, %m, %v, %r {out=24, kernel=3, stride=2, padding=1, act=relu}
+  output y = %y
+}
+"""
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_conv2d_bn_folds_computed_operands_on_every_run(b, cpu_cache):
+    """Weights and statistics that are values: folded (and put in tap order for the tap sum, B = 1) in the
+    driver on each run; the result is NumPy's convolution, BatchNorm with the running statistics, the
+    residual add and ReLU."""
+    from irc.backends.numpy_ref.conv import conv
+    from irc.ir_parser import parse_ir
+    from irc.passes import PASSES
+    from irc.passes.bind import bind_symbols
+
+    graph = PASSES["shape-infer"](bind_symbols(parse_ir(INLINE), {"B": b}))
+    rng = np.random.default_rng(7)
+    x = {"x": rng.standard_normal((b, 16, 13, 13)), "w": rng.standard_normal((24, 16, 3, 3)) * 0.2,
+         "g": rng.uniform(0.5, 1.5, 24), "b": rng.standard_normal(24), "m": rng.standard_normal(24),
+         "v": rng.uniform(0.5, 1.5, 24), "r": rng.standard_normal((b, 24, 7, 7))}
+    x = {name: a.astype(np.float32) for name, a in x.items()}
+    compiled = compile_graph(graph, cache_dir=cpu_cache)
+    kernel = "k_conv_taps_relu" if b == 1 else "k_conv_cols_relu"
+    assert [k for k in dir(compiled.module) if k.startswith("k_")] == [kernel]
+
+    def want() -> np.ndarray:
+        y = conv(x["x"].astype(np.float64), x["w"].astype(np.float64), None, 2, 1, 1, 1)
+        s = (x["g"] / np.sqrt(x["v"].astype(np.float64) + 1e-5))[None, :, None, None]
+        return np.maximum((y - x["m"][None, :, None, None]) * s + x["b"][None, :, None, None] + x["r"], 0)
+
+    assert_matches({"y": compiled.run({}, x)["y"]}, {"y": want()}, tol=1e-5)
+    x["w"] = x["w"] * np.float32(-0.5)  # a new weight: refolded, and the work buffer used again
+    assert_matches({"y": compiled.run({}, x)["y"]}, {"y": want()}, tol=1e-5)
