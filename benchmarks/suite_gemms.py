@@ -19,14 +19,18 @@ import numpy as np
 from benchmarks.timing import best_of
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = {  # model file, bindings (B = 1, the issue's first row; ResNet-18's convolutions at B = 8 too)
+MODELS = {  # model file, bindings: every row of the forward-pass table (suite_models.py), B = 1 and B = 8
     "gpt2_small": ("models/gpt2_small.arch", {"B": 1, "T": 256}),
+    "gpt2_small B=8": ("models/gpt2_small.arch", {"B": 8, "T": 256}),
+    "gpt2_small B=8 T=1": ("models/gpt2_small.arch", {"B": 8, "T": 1}),
     "lstm_lm": ("models/lstm_lm.arch", {"B": 1, "T": 256}),
+    "lstm_lm B=8": ("models/lstm_lm.arch", {"B": 8, "T": 256}),
     "resnet18": ("models/resnet18.arch", {"B": 1, "H": 224, "W": 224}),
     "resnet18 B=8": ("models/resnet18.arch", {"B": 8, "H": 224, "W": 224}),
 }
-QUICK = {"gpt2_small": {"layers": 2, "T": 64}, "lstm_lm": {"T": 64}, "resnet18": {"H": 112, "W": 112},
-         "resnet18 B=8": {"H": 112, "W": 112}}
+QUICK = {"gpt2_small": {"layers": 2, "T": 64}, "gpt2_small B=8": {"layers": 2, "T": 64},
+         "gpt2_small B=8 T=1": {"layers": 2}, "lstm_lm": {"T": 64}, "lstm_lm B=8": {"T": 64},
+         "resnet18": {"H": 112, "W": 112}, "resnet18 B=8": {"H": 112, "W": 112}}
 
 
 def shapes(quick: bool) -> list[dict]:
