@@ -87,6 +87,26 @@ def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
         assert_matches({"y": out, "y_winograd": wino}, want)
 
 
+SMALL_MAP = """
+model small_map(B) {
+  input x: f32[B, 16, 7, 7]
+  output y = conv2d(x, 24, 3, padding=1)
+}
+"""
+
+
+@pytest.mark.parametrize(("b", "winograd"), [(1, False), (2, True), (8, True)])
+def test_winograd_serves_maps_of_32_tiles_or_more(b, winograd, cpu_cache):
+    """A 7×7 map is 16 tiles of 2×2 outputs per image: at B = 1 the products would be bound by reading the
+    transformed filter (16/9 the filter's size), so the im2col GEMM serves it; from 32 tiles Winograd does.
+    Either way the result is the reference's."""
+    graph = build(SMALL_MAP, B=b)
+    w, x = random_weights(graph), random_inputs(graph)
+    compiled = compile_graph(graph, cache_dir=cpu_cache)
+    assert ("k_winograd_none(" in compiled.source) == winograd
+    assert_matches(compiled.run(w, x), reference(graph, w, x))
+
+
 def _bn_weights(graph, seed: int = 3) -> dict[str, np.ndarray]:
     """irc's initial weights with random BatchNorm statistics and affine terms, so the fold changes them."""
     rng = np.random.default_rng(seed)

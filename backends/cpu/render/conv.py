@@ -153,7 +153,9 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
 
 def _winograd(ctx: NodeCtx) -> bool:
     kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, 2)
-    return winograd.applies((kh, kw), (sh, sw), (dh, dw), int(ctx.attr("groups", 1)))
+    nb, _, ho, wo = ctx.out_shape()
+    tiles = nb * ((ho + 1) // 2) * ((wo + 1) // 2)
+    return winograd.applies((kh, kw), (sh, sw), (dh, dw), int(ctx.attr("groups", 1)), tiles)
 
 
 def render_conv(ctx: NodeCtx) -> None:

@@ -206,9 +206,17 @@ def winograd_filter(w, co, ci):
 '''
 
 
-def applies(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int) -> bool:
-    """Winograd serves 3×3 convolutions of stride 1 and dilation 1 without groups."""
-    return kernel == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1
+# Fewer tiles than this (ResNet's 7×7 maps at B = 1: 16 tiles) and the products are bound by reading U, which
+# is 16/9 the size of the filter itself: the im2col GEMM then wins (layer 4 of ResNet-18 at B = 1: 1.2 ms
+# a convolution against 1.55; at B = 8, 128 tiles, Winograd wins 6.6 ms against 7.3)
+MIN_TILES = 32
+
+
+def applies(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int,
+            tiles: int) -> bool:
+    """Winograd serves 3×3 convolutions of stride 1 and dilation 1 without groups, over ``tiles`` 2×2 output
+    tiles (the whole batch's) of at least MIN_TILES."""
+    return kernel == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1 and tiles >= MIN_TILES
 
 
 def filter_weight(ctx: NodeCtx, key: str, weight_expr: str, co: int, ci: int) -> str:
