@@ -253,39 +253,65 @@ PLANES = """\
 MAXPOOL = """\
 {jit}
 def k_maxpool2d(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
-    # per output row: first the maximum over the window's input rows, element by element along the whole
-    # input row (contiguous: it vectorises), then over each output's kw taps of that row; padding counts
-    # as -inf, a NaN wins (v > m or v != v keeps the first NaN)
+    # separable, per output row: the maximum over the window's input rows, element by element along the
+    # input row, into a row buffer padded with -inf on both sides (padding never wins), then each output's
+    # maximum over its kw taps of that buffer, tap after tap over the whole output row. A NaN wins
+    # (v > m | v != v keeps the first NaN; `|`, not `or`: a select, no branch). Flat indices cast to
+    # uint64: numba adds no wraparound check, and the loops vectorise.
     nb, nc, hi, wi = x.shape
     ho, wo = out.shape[2], out.shape[3]
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    U = np.uint64
+    ninf = np.float32(-np.inf)
+    span = max(pw + wi, (wo - 1) * sw + (kw - 1) * dw + 1)  # buffer element t is input column t - pw
     for bc in prange(nb * nc):
-        n = bc // nc
-        c = bc % nc
-        src = x[n, c]
-        dst = out[n, c]
-        rowmax = np.empty(wi, np.float32)
+        row = np.full(span, ninf, np.float32)
         for oi in range(ho):
-            for j in range(wi):
-                rowmax[j] = np.float32(-np.inf)
+            rows = 0
             for ki in range(kh):
                 ii = oi * sh - ph + ki * dh
                 if 0 <= ii < hi:
-                    line = src[ii]
-                    for j in range(wi):
-                        v = line[j]
-                        m = rowmax[j]
-                        rowmax[j] = v if (v > m or v != v) else m
-            row = dst[oi]
-            for oj in range(wo):
-                row[oj] = np.float32(-np.inf)
-            for kj in range(kw):
-                off = kj * dw - pw
-                lo = 0 if off >= 0 else (sw - 1 - off) // sw
-                top = min(wo, (wi - 1 - off) // sw + 1) if wi - 1 - off >= 0 else 0
-                for oj in range(lo, top):
-                    v = rowmax[oj * sw + off]
-                    m = row[oj]
-                    row[oj] = v if (v > m or v != v) else m
+                    s = (bc * hi + ii) * wi - pw
+                    if rows == 0:
+                        for t in range(pw, pw + wi):
+                            row[U(t)] = xf[U(s + t)]
+                    else:
+                        for t in range(pw, pw + wi):
+                            v = xf[U(s + t)]
+                            m = row[U(t)]
+                            row[U(t)] = v if (v > m) | (v != v) else m
+                    rows += 1
+            if rows == 0:  # a window of padding only
+                for t in range(pw, pw + wi):
+                    row[U(t)] = ninf
+            d = (bc * ho + oi) * wo
+            if sw == 2 and kw == 3 and dw == 1:  # ResNet's 3×3 of stride 2: the three taps in one pass
+                for oj in range(wo):
+                    m = row[U(2 * oj)]
+                    v = row[U(2 * oj + 1)]
+                    m = v if (v > m) | (v != v) else m
+                    v = row[U(2 * oj + 2)]
+                    of[U(d + oj)] = v if (v > m) | (v != v) else m
+                continue
+            if sw == 2:
+                for oj in range(wo):
+                    of[U(d + oj)] = row[U(2 * oj)]
+            else:
+                for oj in range(wo):
+                    of[U(d + oj)] = row[U(oj * sw)]
+            for kj in range(1, kw):
+                e = kj * dw
+                if sw == 2:
+                    for oj in range(wo):
+                        v = row[U(2 * oj + e)]
+                        m = of[U(d + oj)]
+                        of[U(d + oj)] = v if (v > m) | (v != v) else m
+                else:
+                    for oj in range(wo):
+                        v = row[U(oj * sw + e)]
+                        m = of[U(d + oj)]
+                        of[U(d + oj)] = v if (v > m) | (v != v) else m
 """
 
 AVGPOOL = """\

@@ -1,7 +1,7 @@
 """Convolutions without groups as a sum over the kernel's taps of GEMMs read in place: no im2col.
 
 The input is split into stride × stride zero-padded phase planes (conv_tap_planes; a 1×1 convolution
-gathers its one plane block by block inside its units, conv_tap_gather, and one of stride 1 without padding
+gathers its one plane block by block inside its units, conv_gather, and one of stride 1 without padding
 reads the input itself). On the grid of wq = wo + ((kw − 1)·dw) // sw columns per output row,
 tap (ki, kj) sees, for consecutive grid positions, consecutive elements of one phase plane: the whole tap is
 the matrix plane[:, off : off + positions] (rows one plane apart), and the convolution is
@@ -93,7 +93,8 @@ def {name}(x, wt, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, h
                 q1 = min(p1, q0 + pb)
                 m = q1 - q0
                 if gather:
-                    conv_tap_gather(x, planes, n, q0, q1, sh, sw, ph, pw, wo)
+                    conv_gather(x, src, n * nphase * ci * plane + q0, plane, 0, ci, n * npos + q0, n * npos + q1, sh,
+                                sw, ph, pw, ho, wo)
                 for tap in range(kh * kw):
                     ki = tap // kw
                     kj = tap - ki * kw
@@ -227,42 +228,51 @@ def conv_tap_planes(x, planes, n, pr, c0, c1, sh, sw, ph, pw, hq, wq, cols):
 
 GATHER = """\
 {jit}
-def conv_tap_gather(x, planes, n, p0, p1, sh, sw, ph, pw, wo):
-    \"\"\"Positions [p0, p1) of image n's one plane of a 1×1 convolution (its grid is the output's):
-    plane[c, oi·wo + oj] = x[n, c, oi·sh − ph, oj·sw − pw], zero outside the input (flat indices, uint64).\"\"\"
+def conv_gather(x, col, cbase, ld, r0, r1, j0, j1, sh, sw, ph, pw, ho, wo):
+    \"\"\"Rows (channels) [r0, r1) of a 1×1 convolution's panel of pixels [j0, j1) (image after image) into
+    col[cbase + c·ld + j − j0] = x[n, c, oi·sh − ph, oj·sw − pw], zero outside the input. One output row's
+    run at a time, its position stepped, not divided out (runs are as short as 7 elements); flat indices,
+    cast to uint64: no wraparound checks.\"\"\"
     nb, ci, hi, wi = x.shape
     xf = x.reshape(-1)
-    pf = planes.reshape(-1)
-    plane = planes.shape[3]
+    npix = ho * wo
     lo = min(wo, (pw + sw - 1) // sw)  # output columns whose input column is inside the row: [lo, top)
     top = max(lo, min(wo, (wi - 1 + pw) // sw + 1))
-    for c in range(ci):
-        base = (n * planes.shape[1] * ci + c) * plane
-        p = p0
-        while p < p1:  # one output row's run at a time
-            oi = p // wo
-            a = p - oi * wo
-            e = min(wo, a + p1 - p)
-            d = base + oi * wo
+    n0 = j0 // npix  # pixel j0's image, output row and column
+    oi0 = (j0 - n0 * npix) // wo
+    a0 = j0 - n0 * npix - oi0 * wo
+    zero = np.float32(0.0)
+    for c in range(r0, r1):
+        n, oi, a = n0, oi0, a0
+        d = cbase + c * ld - a  # the panel element of output column 0 of the current row
+        left = j1 - j0
+        while left > 0:
+            e = min(wo, a + left)
             y = oi * sh - ph
             s0, s1 = max(a, lo), min(e, top)
             if y < 0 or y >= hi:
                 s0 = s1 = e
             for v in range(a, s0):
-                pf[np.uint64(d + v)] = np.float32(0.0)
+                col[np.uint64(d + v)] = zero
             for v in range(max(s1, a), e):
-                pf[np.uint64(d + v)] = np.float32(0.0)
+                col[np.uint64(d + v)] = zero
             s = ((n * ci + c) * hi + y) * wi - pw  # input column v·sw − pw of row y
             if sw == 1:
                 for v in range(s0, s1):
-                    pf[np.uint64(d + v)] = xf[np.uint64(s + v)]
+                    col[np.uint64(d + v)] = xf[np.uint64(s + v)]
             elif sw == 2:
                 for v in range(s0, s1):
-                    pf[np.uint64(d + v)] = xf[np.uint64(s + 2 * v)]
+                    col[np.uint64(d + v)] = xf[np.uint64(s + 2 * v)]
             else:
                 for v in range(s0, s1):
-                    pf[np.uint64(d + v)] = xf[np.uint64(s + v * sw)]
-            p += e - a
+                    col[np.uint64(d + v)] = xf[np.uint64(s + v * sw)]
+            left -= e - a
+            d += wo
+            a = 0
+            oi += 1
+            if oi == ho:
+                oi = 0
+                n += 1
 """
 
 # the weight [out, in, kh, kw] (or a folded [out, in·kh·kw]) with a tap's channels contiguous
@@ -314,7 +324,7 @@ def devices(ctx: NodeCtx) -> None:
 
     conv_blas.sgemm(ctx)
     ctx.parts.device("conv_tap_planes", PLANES.format(jit=DEVICE_JIT))
-    ctx.parts.device("conv_tap_gather", GATHER.format(jit=DEVICE_JIT))
+    ctx.parts.device("conv_gather", GATHER.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_taps_geometry", GEOMETRY.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_tap_phase_used", PHASE_USED.format(jit=DEVICE_JIT))
 
