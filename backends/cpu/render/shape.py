@@ -7,6 +7,10 @@ allocated result), so the schedule knows exactly which values share memory.
 
 from __future__ import annotations
 
+from math import prod
+
+from irc.backends.common.kernel import A4, Kernel
+from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.literals import int_literal, shape_literal
 
@@ -25,10 +29,39 @@ def render_reshape(ctx: NodeCtx) -> None:
     ctx.emit(f"{ctx.outs[0]} = {ctx.args[0]}.reshape({shape_literal(ctx.out_shape())})")
 
 
+# The two axes before the last swapped (attention's heads split off and merged back, [T, B, D] <-> [B, T, D]):
+# rows of the last axis copied by both threads with unsigned flat indices. np.copyto of the transposed view
+# runs on one thread: GPT-2's 48 a forward pass took 3.7 ms at B = 1, 39 ms at B = 8.
+SWAP = """\
+{jit}
+def k_swap_middle(x, out):
+    # x [a, b, c, d] -> out [a, c, b, d]: (i, j) of x sends its c rows of d to out[i, :, j]
+    a, b, c, d = x.shape
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    U = np.uint64
+    for r in prange(a * b):
+        i = r // b
+        j = r - i * b
+        for k in range(c):
+            s = (r * c + k) * d
+            t = ((i * c + k) * b + j) * d
+            for e in range(d):
+                of[U(t + e)] = xf[U(s + e)]
+"""
+
+
 def render_transpose(ctx: NodeCtx) -> None:
-    rank = len(ctx.in_shape())
+    shape = ctx.in_shape()
+    rank = len(shape)
     perm = tuple(_axis(ctx, int(p), rank) for p in ctx.attr("perm"))
     out = ctx.alloc()
+    if rank >= 3 and perm == (*range(rank - 3), rank - 2, rank - 3, rank - 1):
+        k = ctx.kernel(Kernel("k_swap_middle", SWAP.format(jit=jit()), (A4, A4)))
+        four = f"{prod(shape[:-3])}, {shape[-3]}, {shape[-2]}, {shape[-1]}"
+        lead = f"{prod(shape[:-3])}, {shape[-2]}, {shape[-3]}, {shape[-1]}"
+        ctx.emit(f"{k}({ctx.args[0]}.reshape({four}), {out}.reshape({lead}))")
+        return
     ctx.emit(f"np.copyto({out}, {ctx.args[0]}.transpose({shape_literal(perm)}))")
 
 
