@@ -25,10 +25,11 @@ GEMM = """graph @g() {{
 
 
 # (m, n, k): rows (m >= n), columns (m < n), rows because too narrow to split (n < 64 per part); and columns
-# of a few rows (m <= SMALL_M: dot_nt reads the weight directly, 4 weight rows by 2 rows of x a pass), with
-# odd m and n so every remainder loop runs, and one row past SMALL_M (back to BLAS)
+# of a few rows (m <= SMALL_M: dot_nt reads the weight directly, 4 weight rows at a time by passes of 4 rows of x
+# and one pass of the 3, 2 or 1 left), with m and n such that every pass and remainder loop runs, and one row past
+# SMALL_M (back to BLAS)
 @pytest.mark.parametrize("shape", [(300, 200, 17), (70, 430, 19), (9, 100, 23), (1, 1001, 768), (3, 643, 7),
-                                   (8, 1030, 768), (16, 517, 33), (17, 700, 40)])
+                                   (8, 1030, 768), (16, 517, 33), (17, 700, 40), (6, 515, 31), (2, 130, 700)])
 @pytest.mark.parametrize("act", ["relu", "none"])
 def test_gemm_every_split_matches_numpy(shape, act, cpu_cache):
     """Every block starts as the bias and BLAS adds its product in place (beta = 1); the activation, when there
