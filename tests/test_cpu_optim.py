@@ -1,12 +1,13 @@
 """The CPU backend's generated optimizer update (backends/cpu/optim.py, ``Engine("cpu").update/clip``).
 
 Oracles: ``torch.optim`` (SGD, momentum, Adam, AdamW; with weight decay, ``clip_grad_norm_`` and Hugging
-Face's warmup + cosine schedule), 20 steps on fixed random gradients within 1e-6 relative in float32, the
-state under torch's names included; the NumPy update (irc/runtime/optim.py, ``Engine("numpy")``) the same
-way, bit for bit where both do the same float32 operations; a NumPy float32 transcription of torch's
-single-tensor Adam, bit for bit (no float64 crept into the kernel). Then the generated text (deterministic,
-its numbers arguments), the cache (a tampered entry is rebuilt), and ``irc train --backend cpu`` end to end
-against ``--backend numpy``, checkpoints resumed across the two engines.
+Face's warmup + cosine schedule), 20 steps on fixed random gradients, irc's float32 within 1e-6 relative of
+torch run in float64, the state under torch's names included; the NumPy update (irc/runtime/optim.py,
+``Engine("numpy")``) the same way, bit for bit where both do the same float32 operations; a NumPy float32
+transcription of torch's single-tensor Adam, bit for bit (no float64 crept into the kernel). Then the
+generated text (deterministic, its numbers arguments), the cache (a tampered entry is rebuilt), and
+``irc train --backend cpu`` end to end against ``--backend numpy``, checkpoints resumed across the two
+engines.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def _grads(rng: np.random.Generator, step: int) -> dict[str, np.ndarray]:
 
 def _close(got: np.ndarray, want: np.ndarray, what: object) -> None:
     assert got.dtype == np.float32 and got.shape == want.shape, what
-    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max(), (what, np.abs(got - want).max())
+    err = np.abs(got.astype(np.float64) - want).max()
+    assert err <= 1e-6 * np.abs(want).max(), (what, err)
 
 
 def _lr(step: int, cosine: bool) -> float:
@@ -74,8 +76,10 @@ def _lr(step: int, cosine: bool) -> float:
 
 @pytest.mark.parametrize("kind, options, make, clip, cosine", CASES, ids=IDS)
 def test_twenty_steps_equal_torch_optim(cpu_cache: Path, kind: str, options: dict, make, clip, cosine) -> None:
+    # torch runs in float64: its float32 kernels are not the same on every CPU (one CI machine's Adam step
+    # was 2e-4 off in the update, where irc's float32 agreed with float64 to 1e-7)
     rng, params = _start()
-    leaves = {k: torch.tensor(v.copy(), requires_grad=True) for k, v in params.items()}
+    leaves = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in params.items()}
     opt = make(list(leaves.values()))
     sched = get_cosine_schedule_with_warmup(opt, WARMUP, STEPS) if cosine else None
     cfg = OptimConfig(kind, **options)
@@ -85,7 +89,7 @@ def test_twenty_steps_equal_torch_optim(cpu_cache: Path, kind: str, options: dic
     for step in range(1, STEPS + 1):
         grads = _grads(rng, step)
         for k, t in leaves.items():
-            t.grad = torch.tensor(grads[k].copy())
+            t.grad = torch.tensor(grads[k].astype(np.float64))
         if clip is not None:
             want_norm = float(torch.nn.utils.clip_grad_norm_(list(leaves.values()), clip))
             clipped += want_norm > clip
