@@ -79,7 +79,7 @@ def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
     """Both kernels called directly with 1 to 7 parts. The tap sum: whole images per thread, chunks of each
     image's positions, or output-channel blocks (the 4×4 map). The panel (also of a 1×1, gathered from the
     input without planes): tiles of columns that cut output rows and run from one image into the next, or
-    one panel of the batch with the output channels split.
+    one panel of the batch with the output channels split (by BLAS, or by 6-row strips of a packed weight).
     Work buffers start as NaN, so a temporary read before it is written shows."""
     graph = build(SPLIT, B=b)
     w, x = random_weights(graph), random_inputs(graph)
@@ -109,12 +109,14 @@ def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
             got[name] = out
         assert_matches(got, {k: want[k] for k in taps})
         for name, (src, wt, s, p, k, tiles) in cols.items():
-            for tile in tiles:  # 1000: the whole batch in one panel
+            co = want[name].shape[1]
+            ap = module.gemm_pack6(wt, co, wt.shape[1])  # 6-row strips: 36, 16 and 20 channels end part-way or not
+            for tile, packed in [(t, u) for t in tiles for u in (0, 1)]:  # 1000: the whole batch in one panel
                 out = np.full(want[name].shape, np.nan, np.float32)
-                co = out.shape[1]
                 work = np.full(500_000, np.nan, np.float32)
-                module.k_conv_cols_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work, s, s, p,
-                                        p, 1, 1, k, k, 0, tile, parts)
+                module.k_conv_cols_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work,
+                                        ap if packed else wt.reshape(-1), packed, s, s, p, p, 1, 1, k, k, 0, tile,
+                                        parts)
                 assert_matches({name: out}, {name: want[name]})
 
 

@@ -143,10 +143,14 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
         ctx.emit(f"{conv_taps.conv_taps_kernel(ctx, act_name)}({operands}, {work}, {window}, "
                  f"has_bias={int(has_bias)}, has_res={has_res}, pb={conv_taps.block(co)}, parts={THREADS})")
     elif kind == "cols":
-        tile = conv_cols.tile(co, ci * kh * kw, o_shape[0] * o_shape[2] * o_shape[3])
+        kk, ncol = ci * kh * kw, o_shape[0] * o_shape[2] * o_shape[3]
+        tile = conv_cols.tile(co, kk, ncol)
         work = conv_blas.work(ctx, conv_cols.work_size(geometry, x_shape, o_shape, tile))
-        ctx.emit(f"{conv_cols.conv_cols_kernel(ctx, act_name)}({operands}, {work}, {window}, has_res={has_res}, "
-                 f"tile={tile}, parts={THREADS})")
+        packed = w_key is not None  # a weight known at load: packed once
+        ap = (ctx.derive(f"~gemm_pack6({w_key})", f"gemm_pack6({w_expr}, {co}, {kk})") if packed
+              else f"{w}.reshape(-1)")  # (unread)
+        ctx.emit(f"{conv_cols.conv_cols_kernel(ctx, act_name)}({operands}, {work}, {ap}, packed={int(packed)}, "
+                 f"{window}, has_res={has_res}, tile={tile}, parts={THREADS})")
     else:
         ctx.emit(f"{conv_gemm_kernel(ctx, act_name)}({operands}, {window}, has_res={has_res}, parts={THREADS})")
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import conv_taps
+from irc.backends.cpu.render import conv_taps, gemm_packed
 from irc.backends.cpu.render.context import NodeCtx
 
 JIT = jit()
 
 CONV_COLS = """\
 {jit}
-def {name}(x, w2, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_res, tile, parts):
+def {name}(x, w2, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw, has_res, tile, parts):
     nb, ci, hi, wi = x.shape
     co, kk = w2.shape
     ho, wo = out.shape[2], out.shape[3]
@@ -37,8 +37,13 @@ def {name}(x, w2, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_res, ti
     npix = ho * wo
     ncol = nb * npix
     whole = tile >= ncol  # one panel of the batch, output channels split; else tiles of columns, all channels
-    per = co // parts + 1
-    need = nplanes + (kk * ncol + parts * per * ncol if whole else parts * (kk + co) * tile)
+    in_strips = packed != 0  # ap: the weight in 6-row strips (gemm_packed.py); panel rows padded to 16 floats
+    ldc = (ncol + 15) // 16 * 16 if in_strips else ncol  # the whole panel's row stride
+    ldt = (tile + 15) // 16 * 16 if in_strips else tile  # a tile's
+    strips = (co + 5) // 6
+    per = (strips // parts + 1) * 6 if in_strips else co // parts + 1
+    trows = strips * 6 if in_strips else co  # a tile's product rows
+    need = nplanes + (kk * ldc + parts * per * ldc if whole else parts * (kk + trows) * ldt)
     if work.size < need:
         raise ValueError("conv work buffer too small")
     planes = work[:nplanes].reshape(nb if nplanes else 0, nphase, ci, plane)
@@ -67,12 +72,14 @@ def {name}(x, w2, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_res, ti
     if whole:
         cbase = nplanes
         for c in prange(parts):
+            r0, r1 = c * kk // parts, (c + 1) * kk // parts
             if pointwise:
-                conv_gather(x, work, cbase, ncol, c * kk // parts, (c + 1) * kk // parts, 0, ncol, sh, sw, ph,
-                            pw, ho, wo)
+                conv_gather(x, work, cbase, ldc, r0, r1, 0, ncol, sh, sw, ph, pw, ho, wo)
             else:
-                conv_cols_fill(pflat, work, cbase, ncol, c * kk // parts, (c + 1) * kk // parts, 0, ncol, ci, nphase,
-                               plane, ho, wo, wq, sh, sw, dh, dw, kh, kw)
+                conv_cols_fill(pflat, work, cbase, ldc, r0, r1, 0, ncol, ci, nphase, plane, ho, wo, wq, sh, sw, dh,
+                               dw, kh, kw)
+            for r in range(r0, r1 if ldc > ncol else r0):  # the padding columns: zeros, never garbage
+                work[cbase + r * ldc + ncol:cbase + (r + 1) * ldc] = np.float32(0.0)
     # numba resolves its BLAS pointer on first use, taking the GIL: do it here, on the thread that holds it
     blas_sgemm(0, 0, 1, 1, 0, wflat, 0, 1, wflat, 0, 1, np.float32(1.0), work, 0, 1)
     ntile = 1
@@ -81,23 +88,34 @@ def {name}(x, w2, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_res, ti
         tile = (ncol + ntile - 1) // ntile
     for c in prange(parts):
         o0, o1, t0, t1 = 0, co, c * ntile // parts, (c + 1) * ntile // parts
+        s0, s1 = 0, strips
         if whole:
             o0, o1, t0, t1 = c * co // parts, (c + 1) * co // parts, 0, 1
-        cbase = nplanes if whole else nplanes + c * (kk + co) * tile
-        pbase = nplanes + kk * ncol + c * per * ncol if whole else cbase + kk * tile
+            if in_strips:  # whole strips a thread
+                s0, s1 = c * strips // parts, (c + 1) * strips // parts
+                o0, o1 = min(co, 6 * s0), min(co, 6 * s1)
+        cbase = nplanes if whole else nplanes + c * (kk + trows) * ldt
+        pbase = nplanes + kk * ldc + c * per * ldc if whole else cbase + kk * ldt
         for t in range(t0, t1):
             if o1 == o0:
                 break
             j0 = 0 if whole else t * tile
             j1 = ncol if whole else min(ncol, j0 + tile)
             m = j1 - j0
+            ldm = (m + 15) // 16 * 16 if in_strips else m  # the tile's panel and product row stride
             if not whole and pointwise:
-                conv_gather(x, work, cbase, m, 0, kk, j0, j1, sh, sw, ph, pw, ho, wo)
+                conv_gather(x, work, cbase, ldm, 0, kk, j0, j1, sh, sw, ph, pw, ho, wo)
             elif not whole:
-                conv_cols_fill(pflat, work, cbase, m, 0, kk, j0, j1, ci, nphase, plane, ho, wo, wq, sh, sw, dh, dw,
+                conv_cols_fill(pflat, work, cbase, ldm, 0, kk, j0, j1, ci, nphase, plane, ho, wo, wq, sh, sw, dh, dw,
                                kh, kw)
-            blas_sgemm(0, 0, o1 - o0, m, kk, wflat, o0 * kk, kk, work, cbase, ncol if whole else m, np.float32(0.0),
-                       work, pbase, m)
+            for r in range(kk if not whole and ldm > m else 0):
+                work[cbase + r * ldm + m:cbase + (r + 1) * ldm] = np.float32(0.0)
+            if in_strips:
+                work[pbase:pbase + (s1 - s0) * 6 * ldm] = np.float32(0.0)
+                gemm_strips(ap, s0, s1, kk, work, cbase, ldm, ldm, work, pbase, ldm)
+            else:
+                blas_sgemm(0, 0, o1 - o0, m, kk, wflat, o0 * kk, kk, work, cbase, ncol if whole else m,
+                           np.float32(0.0), work, pbase, m)
             # the epilogue, one image's run of pixels at a time; flat indices cast to uint64 (no wraparound
             # checks, the loops vectorise)
             j = j0
@@ -108,7 +126,7 @@ def {name}(x, w2, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_res, ti
                 g0 = pbase + j - j0 - q0  # pixel q of image n in the product's first row
                 for o in range(o0, o1):
                     bo = b[o]
-                    g = g0 + (o - o0) * m
+                    g = g0 + (o - o0) * ldm
                     d = (n * co + o) * npix
                     if has_res:
                         for q in range(q0, q1):
@@ -183,9 +201,13 @@ def work_size(geometry: tuple[int, ...], x_shape: tuple[int, ...], out_shape: tu
     hq = ho + ((kh - 1) * dh) // sh + (1 if wq > wo else 0)
     planes = 0 if kh * kw == 1 else nb * sh * sw * ci * hq * wq
     kk, ncol = ci * kh * kw, nb * ho * wo
-    if cols >= ncol:  # the panel, and a product block of co // threads + 1 channels per thread
-        return f"{planes + kk * ncol + co * ncol} + {THREADS} * {ncol}"
-    return f"{planes} + {THREADS} * {(kk + co) * cols}"
+    if cols >= ncol:  # the panel, and a product block per thread: co // threads + 1 channels, or whole strips
+        ldc = gemm_packed.padded(ncol)
+        blas = f"{planes + kk * ncol + co * ncol} + {THREADS} * {ncol}"
+        strips = f"{planes + kk * ldc} + {THREADS} * ({gemm_packed.strips(co)} // {THREADS} + 1) * {6 * ldc}"
+        return f"max({blas}, {strips})"
+    # tiles, each with its product: all channels, or all the strips' rows with rows padded to 16
+    return f"{planes} + {THREADS} * {(kk + gemm_packed.strips(co) * 6) * gemm_packed.padded(cols)}"
 
 
 def conv_cols_kernel(ctx: NodeCtx, act_name: str) -> str:
@@ -195,6 +217,7 @@ def conv_cols_kernel(ctx: NodeCtx, act_name: str) -> str:
 
     conv_taps.devices(ctx)
     ctx.parts.device("conv_cols_fill", FILL.format(jit=DEVICE_JIT))
+    gemm_packed.use(ctx.parts)
     name = f"k_conv_cols_{act_name}"
     src = CONV_COLS.format(jit=JIT, name=name, expr=act(ctx.parts, act_name))
-    return ctx.kernel(Kernel(name, src, (A4, A2, A1, A3, A4, A1) + (I64,) * 11))
+    return ctx.kernel(Kernel(name, src, (A4, A2, A1, A3, A4, A1, A1) + (I64,) * 12))
