@@ -61,7 +61,7 @@ SPLIT = """
 model conv_split(B) {
   input x: f32[B, 8, 30, 27]
   output y = conv2d(x, 12, 5, padding=2)
-  output y_winograd = conv2d(x, 12, 3, padding=1)
+  output y_winograd = conv2d(x, 14, 3, padding=1)
 }
 """
 
@@ -70,21 +70,26 @@ model conv_split(B) {
 def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
     """Both kernels called directly with 1 to 7 parts: by tiles of columns when the map has enough of them,
     else by output channels (after one im2col or input transform split by rows). Odd map sizes leave the
-    Winograd kernel half tiles on the right and at the bottom. Every split must give the reference."""
+    Winograd kernel half tiles on the right and at the bottom; its products by BLAS, or by the register blocks
+    on the filter packed in 6-row strips (14 channels: the last strip is a partial one). Every split must give
+    the reference."""
     graph = build(SPLIT, B=b)
     w, x = random_weights(graph), random_inputs(graph)
     compiled = compile_graph(graph, cache_dir=cpu_cache)
     module = compiled.module
     want = reference(graph, w, x)
     derived = module.derive(w)
-    u = derived[next(k for k in derived if k.startswith("~winograd_f23("))]
+    ap = derived[next(k for k in derived if k.startswith("~winograd_f23_strips("))]
+    u = module.winograd_filter(w["y_winograd.weight"], 14, 8)
     w2 = np.ascontiguousarray(w["y.weight"].reshape(12, -1))
     for parts in range(1, 8):
         out = np.full(want["y"].shape, np.nan, np.float32)
         module.k_conv2d_none(x["x"], w2, w["y.bias"], out.reshape(b, 12, -1), out, 1, 1, 2, 2, 1, 1, 5, 5, 0, parts)
-        wino = np.full(want["y_winograd"].shape, np.nan, np.float32)
-        module.k_winograd_none(x["x"], u, w["y_winograd.bias"], wino.reshape(b, 12, -1), wino, 1, 1, 0, parts)
-        assert_matches({"y": out, "y_winograd": wino}, want)
+        for packed in (0, 1):
+            wino = np.full(want["y_winograd"].shape, np.nan, np.float32)
+            module.k_winograd_none(x["x"], ap.reshape(16, 18, 8) if packed else u, ap, w["y_winograd.bias"],
+                                   wino.reshape(b, 14, -1), wino, 1, 1, 0, packed, parts)
+            assert_matches({"y": out, "y_winograd": wino}, want)
 
 
 SMALL_MAP = """

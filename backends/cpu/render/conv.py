@@ -168,8 +168,8 @@ def render_conv(ctx: NodeCtx) -> None:
     w_shape = ctx.weight_shape("weight")
     bias = ctx.weight_or_zeros("bias", w_shape[0])
     if nd == 2 and _winograd(ctx):
-        u = winograd.filter_weight(ctx, ctx.weight_key("weight"), ctx.weight("weight"), w_shape[0], w_shape[1])
-        winograd.winograd_call(ctx, u, bias, None, "none", *_geometry(ctx, 2)[4:6])
+        u = winograd.packed_filter(ctx, ctx.weight_key("weight"), ctx.weight("weight"), w_shape[0], w_shape[1])
+        winograd.winograd_call(ctx, u, bias, None, "none", *_geometry(ctx, 2)[4:6], packed=True)
         return
     if groups == 1:
         w = ctx.weight("weight")
@@ -219,10 +219,10 @@ def render_conv_bn(ctx: NodeCtx) -> None:
     res = ctx.args[6] if len(ctx.args) > 6 else None
     co, ci = ctx.in_shape(1)[:2]
     if _winograd(ctx):
-        u = (winograd.filter_weight(ctx, f"bn_fold_weight({tag})", w2_expr, co, ci) if weights
+        u = (winograd.packed_filter(ctx, f"bn_fold_weight({tag})", w2_expr, co, ci) if weights
              else f"winograd_filter({w2_expr}, {co}, {ci})")
         ctx.helper("winograd_filter", winograd.FILTER)
-        winograd.winograd_call(ctx, u, b2, res, ctx.attr("act"), *_geometry(ctx, 2)[4:6])
+        winograd.winograd_call(ctx, u, b2, res, ctx.attr("act"), *_geometry(ctx, 2)[4:6], packed=weights)
         return
     def folded() -> str:
         return ctx.derive(f"~bn_fold_weight({tag})", w2_expr) if weights else w2_expr

@@ -111,8 +111,7 @@ def {name}(x, w2, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
             for r in range(kk if not whole and ldm > m else 0):
                 work[cbase + r * ldm + m:cbase + (r + 1) * ldm] = np.float32(0.0)
             if in_strips:
-                work[pbase:pbase + (s1 - s0) * 6 * ldm] = np.float32(0.0)
-                gemm_strips(ap, s0, s1, kk, work, cbase, ldm, ldm, work, pbase, ldm)
+                gemm_strips(ap, 0, s0, s1, kk, work, cbase, ldm, ldm, work, pbase, ldm)
             else:
                 blas_sgemm(0, 0, o1 - o0, m, kk, wflat, o0 * kk, kk, work, cbase, ncol if whole else m,
                            np.float32(0.0), work, pbase, m)

@@ -22,37 +22,47 @@ PANEL_FLOATS = 262144  # 1 MiB: the share of the panel one block of K keeps in L
 
 PACK6 = '''\
 def gemm_pack6(w, co, kk):
-    """``w`` as [co, kk] in strips of 6 output rows, each [kk, 6], flat; the last strip's missing rows are 0."""
+    """``w`` as [n, co, kk] (n = 1: a plain [co, kk]), each [co, kk] in strips of 6 rows, each strip [kk, 6],
+    flat; the last strip's missing rows are zeros."""
     strips = (co + 5) // 6
-    p = np.zeros((strips * 6, kk), np.float32)
-    p[:co] = w.reshape(co, kk)
-    return np.ascontiguousarray(p.reshape(strips, 6, kk).transpose(0, 2, 1)).reshape(-1)
+    w = w.reshape(-1, co, kk)
+    p = np.zeros((w.shape[0], strips * 6, kk), np.float32)
+    p[:, :co] = w
+    return np.ascontiguousarray(p.reshape(-1, strips, 6, kk).transpose(0, 1, 3, 2)).reshape(-1)
 '''
 
 STRIPS = f'''\
 {DEVICE_JIT}
-def gemm_strips(ap, s0, s1, kk, x, xo, ldx, width, out, oo, ldo):
-    """out[oo + (6·(s − s0) + r)·ldo + c] += Σ_k strip s of ap [k, r] · x[xo + k·ldx + c] for strips
-    [s0, s1), r < 6, c < width (a multiple of 16). K goes in blocks whose share of the panel stays in L2
-    ({PANEL_FLOATS} floats), then strip after strip, then 64 columns at a time (16 for the last ones)."""
+def gemm_strips(ap, ao, s0, s1, kk, x, xo, ldx, width, out, oo, ldo):
+    """out[oo + (6·(s − s0) + r)·ldo + c] = Σ_k strip s of ap[ao:] [k, r] · x[xo + k·ldx + c] for strips
+    [s0, s1), r < 6, c < width (a multiple of 16); out is written, not read first. K goes in blocks whose
+    share of the panel stays in L2 ({PANEL_FLOATS} floats), then strip after strip, then 64 columns at a
+    time (16 for the last ones)."""
     kc = min(kk, max(128, {PANEL_FLOATS} // width))
     for k0 in range(0, kk, kc):
         kl = min(kc, kk - k0)
         xk = xo + k0 * ldx
         for s in range(s0, s1):
-            a = (s * kk + k0) * 6
+            a = ao + (s * kk + k0) * 6
             o = oo + (s - s0) * 6 * ldo
             c = 0
             while c + 64 <= width:
-                gemm_pv6x64(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
+                if k0 == 0:
+                    gemm_pv6x64_new(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
+                else:
+                    gemm_pv6x64(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
                 c += 64
             while c < width:
-                gemm_pv6x16(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
+                if k0 == 0:
+                    gemm_pv6x16_new(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
+                else:
+                    gemm_pv6x16(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
                 c += 16
 '''
 
-BLOCKS = {"gemm_pv6x64": 'gemm_pv6x64 = simd_pv("gemm_pv6x64", 6, 64)  # 6 rows × 64 columns\n',
-          "gemm_pv6x16": 'gemm_pv6x16 = simd_pv("gemm_pv6x16", 6, 16)  # 6 rows × 16 columns\n'}
+# the first block of K writes its sums (``_new``: no pass to zero the product first), later ones add theirs
+BLOCKS = {f"gemm_pv6x{w}{new}": f'gemm_pv6x{w}{new} = simd_pv("gemm_pv6x{w}{new}", 6, {w}{fresh})  # 6 × {w}\n'
+          for w in (64, 16) for new, fresh in (("", ""), ("_new", ", fresh=True"))}
 
 
 def strips(co: int) -> int:

@@ -156,10 +156,10 @@ def simd_qk(name, keys, width):
 '''
 
 SIMD_PV = '''\
-def simd_pv(name, rows, width):
+def simd_pv(name, rows, width, fresh=False):
     \"\"\"The value block acc[ao + r·lda + c] += Σ_j p[po + j·ldp + r] · v[vo + j·ldv + c] for
     r < ``rows`` queries, c < ``width`` columns, j < depth (>= 1) keys: the columns in as many
-    passes as the registers need (one on AVX-512).\"\"\"
+    passes as the registers need (one on AVX-512). ``fresh``: acc = the sum (acc is not read).\"\"\"
     def typer(typingctx, p, po, ldp, v, vo, ldv, acc, ao, lda, depth):
         def codegen(context, builder, sig, args):
             i64 = llvm_ir.IntType(64)
@@ -183,7 +183,8 @@ def simd_pv(name, rows, width):
                         out += [vec_fma(builder, x, pr, accs[r * len(vv) + a]) for a, x in enumerate(vv)]
                     return out
 
-                inits = [vec_load(builder, lanes, acc_, at) for row in ats for at in row]
+                zero = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.FloatType(), lanes), [0.0] * lanes)
+                inits = [zero if fresh else vec_load(builder, lanes, acc_, at) for row in ats for at in row]
                 accs = vec_loop(builder, depth_, inits, step)
                 for value, at in zip(accs, [at for row in ats for at in row]):
                     vec_store(builder, value, acc_, at)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from irc.backends.common.kernel import A1, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
+from irc.backends.cpu.render import gemm_packed
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
 
@@ -22,9 +23,11 @@ JIT = jit()
 
 WINOGRAD = """\
 {jit}
-def {name}(x, u, b, res, out, ph, pw, has_res, parts):
+def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
     nb, ci, hi, wi = x.shape
-    co = u.shape[1]
+    co = out.shape[1]
+    in_strips = packed != 0  # ap: each element's U in 6-row strips (gemm_packed.py); V's rows padded to 16
+    strips = (co + 5) // 6
     ho, wo = out.shape[2], out.shape[3]
     ty_n = (ho + 1) // 2
     tx_n = (wo + 1) // 2
@@ -49,10 +52,11 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
         chunk = (ntile + nchunk - 1) // nchunk
     else:
         nchunk, chunk = 1, ntile
-    v_all = np.empty(16 * winograd_stride(ci * chunk) if not by_tiles else 1, np.float32)
+    ldc = (chunk + 15) // 16 * 16 if in_strips else chunk  # V's and the product's row stride, at most
+    v_all = np.empty(16 * winograd_stride(ci * ldc) if not by_tiles else 1, np.float32)
     if not by_tiles:  # one input transform of every tile, split by channels, then the products by channels out
         for c in prange(parts):
-            winograd_input(planes, v_all, winograd_stride(ci * ntile), c * ci // parts, (c + 1) * ci // parts, 0,
+            winograd_input(planes, v_all, winograd_stride(ci * ldc), ldc, c * ci // parts, (c + 1) * ci // parts, 0,
                            ntile, ty_n, tx_n, wq)
     out3 = out.reshape(nb, co, ho * wo)
     uf = u.reshape(-1)
@@ -61,10 +65,14 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
     blas_sgemm(0, 0, 1, 1, 0, uf, 0, 1, uf, 0, 1, np.float32(1.0), uf, 0, 1)
     for c in prange(parts):
         k0, k1, o0, o1 = 0, 1, c * co // parts, (c + 1) * co // parts
+        s0, s1 = c * strips // parts, (c + 1) * strips // parts
         if by_tiles:
-            k0, k1, o0, o1 = c * nchunk // parts, (c + 1) * nchunk // parts, 0, co
-        vbuf = np.empty(16 * winograd_stride(ci * chunk) if by_tiles else 1, np.float32)
-        mbuf = np.empty(16 * winograd_stride((o1 - o0) * chunk), np.float32)
+            k0, k1, o0, o1, s0, s1 = c * nchunk // parts, (c + 1) * nchunk // parts, 0, co, 0, strips
+        elif in_strips:  # whole strips a thread
+            o0, o1 = min(co, 6 * s0), min(co, 6 * s1)
+        rows = (s1 - s0) * 6 if in_strips else o1 - o0  # the product's rows
+        vbuf = np.empty(16 * winograd_stride(ci * ldc) if by_tiles else 1, np.float32)
+        mbuf = np.empty(16 * winograd_stride(rows * ldc), np.float32)
         for k in range(k0, k1):
             if o1 == o0:
                 break
@@ -73,17 +81,21 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
             if t1 <= t0:
                 break
             m = t1 - t0
-            vs = winograd_stride(ci * m)  # element e of V is [in, m] at vf[e·vs:]
+            ldm = (m + 15) // 16 * 16 if in_strips else m  # the row stride of V and of the product
+            vs = winograd_stride(ci * ldm)  # element e of V is [in, m] at vf[e·vs:], rows ldm apart
             if by_tiles:
                 vf = vbuf
-                winograd_input(planes, vbuf, vs, 0, ci, t0, t1, ty_n, tx_n, wq)
+                winograd_input(planes, vbuf, vs, ldm, 0, ci, t0, t1, ty_n, tx_n, wq)
             else:
                 vf = v_all
-            em = winograd_stride((o1 - o0) * m)  # element e of tile column j, channel o: mf[e·em + (o − o0)·m + j]
+            em = winograd_stride(rows * ldm)  # element e of tile column j, channel o: mf[e·em + (o − o0)·ldm + j]
             mf = mbuf
             for e in range(16):
-                blas_sgemm(0, 0, o1 - o0, m, ci, uf, (e * co + o0) * ci, ci, vf, e * vs, m, np.float32(0.0), mf,
-                           e * em, m)
+                if in_strips:
+                    gemm_strips(ap, e * strips * ci * 6, s0, s1, ci, vf, e * vs, ldm, ldm, mf, e * em, ldm)
+                else:
+                    blas_sgemm(0, 0, o1 - o0, m, ci, uf, (e * co + o0) * ci, ci, vf, e * vs, m, np.float32(0.0), mf,
+                               e * em, m)
             # the output transform and the epilogue, one row of tiles at a time
             t = t0
             while t < t1:
@@ -101,7 +113,7 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
                     src = res[n, o]
                     d0 = 2 * ty * wo
                     d1 = d0 + wo
-                    g = (o - o0) * m + q  # flat indices cast to uint64: no wraparound check per access
+                    g = (o - o0) * ldm + q  # flat indices cast to uint64: no wraparound check per access
                     for tx in range(a0, a1):
                         j = g + tx
                         p0, p1, p2, p3 = mf[U(j)], mf[U(j + em)], mf[U(j + 2 * em)], mf[U(j + 3 * em)]
@@ -147,8 +159,9 @@ def {name}(x, u, b, res, out, ph, pw, has_res, parts):
 
 INPUT = """\
 {jit}
-def winograd_input(planes, vf, em, c0, c1, t0, t1, ty_n, tx_n, wq):
-    \"\"\"V = Bᵀ·d·B of channels [c0, c1) for tiles [t0, t1) into vf: element e as [in, t1 − t0] at vf[e·em:].\"\"\"
+def winograd_input(planes, vf, em, ld, c0, c1, t0, t1, ty_n, tx_n, wq):
+    \"\"\"V = Bᵀ·d·B of channels [c0, c1) for tiles [t0, t1) into vf: element e as [in, t1 − t0] at vf[e·em:],
+    rows ld apart (the columns from t1 − t0 to ld are zeros).\"\"\"
     ci = planes.shape[2]
     m = t1 - t0
     U = np.uint64
@@ -177,7 +190,7 @@ def winograd_input(planes, vf, em, c0, c1, t0, t1, ty_n, tx_n, wq):
                 r10, r11, r12, r13 = d10 + d20, d11 + d21, d12 + d22, d13 + d23
                 r20, r21, r22, r23 = d20 - d10, d21 - d11, d22 - d12, d23 - d13
                 r30, r31, r32, r33 = d10 - d30, d11 - d31, d12 - d32, d13 - d33
-                j = c * m + q + tx  # element e of the tile is vf[e·em + j]
+                j = c * ld + q + tx  # element e of the tile is vf[e·em + j]
                 # (Bᵀ·d)·B: the same on columns
                 vf[U(j)] = r00 - r02
                 vf[U(j + em)] = r01 + r02
@@ -196,6 +209,8 @@ def winograd_input(planes, vf, em, c0, c1, t0, t1, ty_n, tx_n, wq):
                 vf[U(j + 14 * em)] = r32 - r31
                 vf[U(j + 15 * em)] = r31 - r33
             t += a1 - a0
+        for e in range(16 if ld > m else 0):
+            vf[e * em + c * ld + m:e * em + (c + 1) * ld] = np.float32(0.0)
 """
 
 # The 16 elements of V and of the products lie one stride apart, and the transforms touch all 16 at once. A
@@ -234,14 +249,18 @@ def applies(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[in
     return kernel == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1 and tiles >= MIN_TILES
 
 
-def filter_weight(ctx: NodeCtx, key: str, weight_expr: str, co: int, ci: int) -> str:
-    """The transformed filter of ``weight_expr``, derived once per weights dict under ``key``."""
+def packed_filter(ctx: NodeCtx, key: str, weight_expr: str, co: int, ci: int) -> str:
+    """The transformed filter with each element's [out, in] in 6-row strips (gemm_packed.py), derived once."""
     ctx.helper("winograd_filter", FILTER)
-    return ctx.derive(f"~winograd_f23({key})", f"winograd_filter({weight_expr}, {co}, {ci})")
+    gemm_packed.use(ctx.parts)
+    return ctx.derive(f"~winograd_f23_strips({key})", f"gemm_pack6(winograd_filter({weight_expr}, {co}, {ci}), {co}, "
+                      f"{ci})")
 
 
-def winograd_call(ctx: NodeCtx, u: str, b: str, res: str | None, act_name: str, ph: int, pw: int) -> None:
-    """The call of k_winograd_<act> on the node's [B, C, H, W] input and result."""
+def winograd_call(ctx: NodeCtx, u: str, b: str, res: str | None, act_name: str, ph: int, pw: int,
+                  packed: bool = False) -> None:
+    """The call of k_winograd_<act> on the node's [B, C, H, W] input and result; its products by BLAS on
+    ``u`` ([16, out, in], winograd_filter), or by register blocks when ``u`` is ``packed`` (packed_filter)."""
     from irc.backends.cpu.render.activations import act
     from irc.backends.cpu.render.conv_blas import sgemm
     from irc.backends.cpu.render.conv_gemm import PHASES
@@ -251,12 +270,17 @@ def winograd_call(ctx: NodeCtx, u: str, b: str, res: str | None, act_name: str, 
     ctx.parts.device("winograd_input", INPUT.format(jit=DEVICE_JIT))
     ctx.parts.device("winograd_stride", STRIDE.format(jit=DEVICE_JIT))
     sgemm(ctx)
+    gemm_packed.use(ctx.parts)
     name = f"k_winograd_{act_name}"
     k = ctx.kernel(Kernel(name, WINOGRAD.format(jit=JIT, name=name, expr=act(ctx.parts, act_name)),
-                          (A4, A3, A1, A3, A4) + (I64,) * 4))
+                          (A4, A3, A1, A1, A3, A4) + (I64,) * 5))
     out_shape = ctx.out_shape()
     out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None else ())
     rows = f"{out_shape[0]}, {out_shape[1]}, {out_shape[2] * out_shape[3]}"
     res3 = f"{res}.reshape({rows})" if res is not None else f"{out}.reshape({rows})"  # unread when has_res=0
-    ctx.emit(f"{k}({ctx.args[0]}, {u}, {b}, {res3}, {out}, ph={ph}, pw={pw}, has_res={0 if res is None else 1}, "
-             f"parts={THREADS})")
+    if packed:  # the kernel's u: the strips seen as [16, rows, in] (only its shape is read); ap: the strips
+        u, ap = f"{u}.reshape(16, {gemm_packed.strips(out_shape[1]) * 6}, {ctx.in_shape()[1]})", u
+    else:
+        ap = b  # (unread)
+    ctx.emit(f"{k}({ctx.args[0]}, {u}, {ap}, {b}, {res3}, {out}, ph={ph}, pw={pw}, "
+             f"has_res={0 if res is None else 1}, packed={int(packed)}, parts={THREADS})")
