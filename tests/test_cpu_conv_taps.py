@@ -148,17 +148,16 @@ def _bn_weights(graph, seed: int = 3) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("b", [1, 2])
 def test_folded_convolutions_with_residual_and_relu(b, cpu_cache):
-    """conv2d_bn through the tap sum (B = 1) and the panel (B = 2: small maps). The tap sum's 1×1 GEMMs
-    write the output before the epilogue reads the residual, so the residual's dying buffer (relu(y) dies
-    at the add) must not be the output."""
+    """conv2d_bn through the panel (the strided ones, their weights packed at load; all three at B = 2:
+    small maps) and the tap sum (the 1×1 of stride 1 at B = 1)."""
     graph = build(FOLD, B=b)
     folded = run_passes(graph, ["fuse", "fold-bn"])
     fused = [n for n in folded.nodes if n.op == "conv2d_bn"]
     assert len(fused) == 3 and sum(len(n.inputs) == 7 for n in fused) == 2
     w, x = _bn_weights(graph), random_inputs(graph)
     compiled = compile_graph(folded, cache_dir=cpu_cache)
-    kind = "taps" if b == 1 else "cols"
-    assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == {f"k_conv_{kind}_relu", f"k_conv_{kind}_none"}
+    kinds = {"k_conv_cols_relu", "k_conv_taps_none" if b == 1 else "k_conv_cols_none"}
+    assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == kinds
     got = compiled.run(w, x)
     assert_matches(got, reference(graph, w, x), tol=1e-5)
 
@@ -174,6 +173,10 @@ graph @m(B) {
   %r = input : f32[B,24,7,7]
   %y = conv2d_bn %x, %w, %g, %b, %m, %v, %r {out=24, kernel=3, stride=2, padding=1, act=relu}
   output y = %y
+  %w1 = input : f32[24,16,1,1]
+  %r1 = relu %r
+  %y1 = conv2d_bn %x, %w1, %g, %b, %m, %v, %r1 {out=24, kernel=1, stride=2, padding=0, act=relu}
+  output y1 = %y1
 }
 """
 
@@ -182,7 +185,8 @@ graph @m(B) {
 def test_conv2d_bn_folds_computed_operands_on_every_run(b, cpu_cache):
     """Weights and statistics that are values: folded (and put in tap order for the tap sum, B = 1) in the
     driver on each run; the result is NumPy's convolution, BatchNorm with the running statistics, the
-    residual add and ReLU."""
+    residual add and ReLU. The tap sum's 1×1 GEMMs write the output before the epilogue reads the residual,
+    so the residual's dying buffer (relu(r) dies at the add) must not be the output."""
     from irc.backends.numpy_ref.conv import conv
     from irc.ir_parser import parse_ir
     from irc.passes import PASSES
@@ -192,17 +196,21 @@ def test_conv2d_bn_folds_computed_operands_on_every_run(b, cpu_cache):
     rng = np.random.default_rng(7)
     x = {"x": rng.standard_normal((b, 16, 13, 13)), "w": rng.standard_normal((24, 16, 3, 3)) * 0.2,
          "g": rng.uniform(0.5, 1.5, 24), "b": rng.standard_normal(24), "m": rng.standard_normal(24),
-         "v": rng.uniform(0.5, 1.5, 24), "r": rng.standard_normal((b, 24, 7, 7))}
+         "v": rng.uniform(0.5, 1.5, 24), "r": rng.standard_normal((b, 24, 7, 7)),
+         "w1": rng.standard_normal((24, 16, 1, 1)) * 0.2}
     x = {name: a.astype(np.float32) for name, a in x.items()}
     compiled = compile_graph(graph, cache_dir=cpu_cache)
     kernel = "k_conv_taps_relu" if b == 1 else "k_conv_cols_relu"
-    assert [k for k in dir(compiled.module) if k.startswith("k_")] == [kernel]
+    assert [k for k in dir(compiled.module) if k.startswith("k_")] == [kernel, "k_relu"]
 
-    def want() -> np.ndarray:
-        y = conv(x["x"].astype(np.float64), x["w"].astype(np.float64), None, 2, 1, 1, 1)
-        s = (x["g"] / np.sqrt(x["v"].astype(np.float64) + 1e-5))[None, :, None, None]
-        return np.maximum((y - x["m"][None, :, None, None]) * s + x["b"][None, :, None, None] + x["r"], 0)
+    def want() -> dict[str, np.ndarray]:
+        out = {}
+        for name, w, pad, r in (("y", "w", 1, x["r"]), ("y1", "w1", 0, np.maximum(x["r"], 0))):
+            y = conv(x["x"].astype(np.float64), x[w].astype(np.float64), None, 2, pad, 1, 1)
+            s = (x["g"] / np.sqrt(x["v"].astype(np.float64) + 1e-5))[None, :, None, None]
+            out[name] = np.maximum((y - x["m"][None, :, None, None]) * s + x["b"][None, :, None, None] + r, 0)
+        return out
 
-    assert_matches({"y": compiled.run({}, x)["y"]}, {"y": want()}, tol=1e-5)
+    assert_matches(compiled.run({}, x), want(), tol=1e-5)
     x["w"] = x["w"] * np.float32(-0.5)  # a new weight: refolded, and the work buffer used again
-    assert_matches({"y": compiled.run({}, x)["y"]}, {"y": want()}, tol=1e-5)
+    assert_matches(compiled.run({}, x), want(), tol=1e-5)

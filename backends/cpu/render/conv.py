@@ -101,15 +101,19 @@ def _geometry(ctx: NodeCtx, nd: int) -> tuple[int, ...]:
     return (*_spatial(nd, kernel, 1), *_spatial(nd, stride, 1), *_spatial(nd, pads, 0), *_spatial(nd, dilation, 1))
 
 
-def _conv_kernel(ci: int, geometry: tuple[int, ...], nb: int, ho: int, wo: int) -> str:
+def _conv_kernel(ci: int, geometry: tuple[int, ...], nb: int, ho: int, wo: int, packed: bool) -> str:
     """Which kernel serves a convolution without groups (Winograd's 3×3s aside): the tap sum when each tap's
     GEMM has channels enough and the grid's extra columns are few (≤ 1/4 of a row: 3×3 of stride 2 on a
     7×7 output wastes 1/7 and still wins), the exact im2col panel otherwise (the 3-channel stem, a 3×3 of
     stride 1 on a 7×7 map, a batch of 1×1s on small maps), the im2col tiles over the tap sum's grid for few
-    channels at stride 1."""
+    channels at stride 1. A strided convolution whose weight is known at load (``packed``) takes the panel:
+    its register blocks on the packed weight beat the tap sum's BLAS calls (ResNet-18 at B = 1: its 3×3/2 of
+    256 and 512 channels 1.11× and 1.32×, its 1×1/2 downsamples 1.27-1.35×; the 128-channel 3×3/2 equal)."""
     kh, kw, sh, sw, ph, pw, dh, dw = geometry
     extra = ((kw - 1) * dw) // sw
     if nb > 1 and ho * wo < 256:  # a GEMM per image would be too narrow: one for the batch
+        return "cols"
+    if packed and (sh, sw) != (1, 1):
         return "cols"
     if conv_taps.applies(ci, 1) and 4 * extra <= wo:
         return "taps"
@@ -128,7 +132,7 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
     out_shape = ctx.out_shape()
     x_shape = ctx.in_shape() if nd == 2 else (ctx.in_shape()[0], ci, 1, ctx.in_shape()[2])
     o_shape = out_shape if nd == 2 else (out_shape[0], co, 1, out_shape[2])
-    kind = _conv_kernel(ci, geometry, o_shape[0], o_shape[2], o_shape[3])
+    kind = _conv_kernel(ci, geometry, o_shape[0], o_shape[2], o_shape[3], packed=w_key is not None)
     in_place = kind == "taps" and ((kw - 1) * dw) // sw == 0  # its GEMMs write the output before reading res
     w = conv_taps.tap_weight(ctx, w_key, w_expr, co, ci, kh, kw) if kind == "taps" and kh * kw > 1 else flat()
     out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None and not in_place else ())
