@@ -101,13 +101,18 @@ def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
     for parts in range(1, 8):
         got = {}
         for name, (src, wt, s, p, k) in taps.items():
-            out = np.full(want[name].shape, np.nan, np.float32)
-            co = out.shape[1]
-            work = np.full(60_000 + parts * co * conv_taps.block(co), np.nan, np.float32)
-            module.k_conv_taps_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work, s, s, p, p, 1,
-                                    1, k, k, 1, 0, conv_taps.block(co), parts)
-            got[name] = out
-        assert_matches(got, {k: want[k] for k in taps})
+            co = want[name].shape[1]
+            # the 3×3's weight packed in 6-row strips too (20 channels: a partial last strip); a 1×1's GEMMs
+            # write the output in place, always by BLAS
+            for packed in (0, 1) if k > 1 else (0,):
+                out = np.full(want[name].shape, np.nan, np.float32)
+                pb = conv_taps.block(co)
+                work = np.full(60_016 + parts * 24 * ((pb + 15) // 16 * 16), np.nan, np.float32)
+                module.k_conv_taps_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work,
+                                        module.gemm_pack6(wt, co, wt.shape[1]), packed, s, s, p, p, 1, 1, k, k, 1, 0,
+                                        pb, parts)
+                got[name + "/packed" * packed] = out
+        assert_matches(got, {k: want[k.split("/")[0]] for k in got})
         for name, (src, wt, s, p, k, tiles) in cols.items():
             co = want[name].shape[1]
             ap = module.gemm_pack6(wt, co, wt.shape[1])  # 6-row strips: 36, 16 and 20 channels end part-way or not
@@ -148,15 +153,16 @@ def _bn_weights(graph, seed: int = 3) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("b", [1, 2])
 def test_folded_convolutions_with_residual_and_relu(b, cpu_cache):
-    """conv2d_bn through the panel (the strided ones, their weights packed at load; all three at B = 2:
-    small maps) and the tap sum (the 1×1 of stride 1 at B = 1)."""
+    """conv2d_bn at B = 1 through the tap sum (the 3×3/2 on its packed weight, the 1×1/1 by BLAS in place)
+    and the panel (the 1×1/2, its weight packed); at B = 2 (small maps) all three through the panel."""
     graph = build(FOLD, B=b)
     folded = run_passes(graph, ["fuse", "fold-bn"])
     fused = [n for n in folded.nodes if n.op == "conv2d_bn"]
     assert len(fused) == 3 and sum(len(n.inputs) == 7 for n in fused) == 2
     w, x = _bn_weights(graph), random_inputs(graph)
     compiled = compile_graph(folded, cache_dir=cpu_cache)
-    kinds = {"k_conv_cols_relu", "k_conv_taps_none" if b == 1 else "k_conv_cols_none"}
+    kinds = {"k_conv_taps_relu", "k_conv_cols_relu", "k_conv_taps_none"} if b == 1 else {"k_conv_cols_relu",
+                                                                                       "k_conv_cols_none"}
     assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == kinds
     got = compiled.run(w, x)
     assert_matches(got, reference(graph, w, x), tol=1e-5)

@@ -10,7 +10,7 @@ from math import prod
 import irc.ops.fused_conv  # noqa: F401  (registers conv2d_bn, which the renderer table names)
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import conv_blas, conv_cols, conv_taps, winograd
+from irc.backends.cpu.render import conv_blas, conv_cols, conv_taps, gemm_packed, winograd
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.conv_gemm import conv_gemm_kernel
 from irc.backends.cpu.render.gemm import THREADS
@@ -106,15 +106,20 @@ def _conv_kernel(ci: int, geometry: tuple[int, ...], nb: int, ho: int, wo: int, 
     GEMM has channels enough and the grid's extra columns are few (≤ 1/4 of a row: 3×3 of stride 2 on a
     7×7 output wastes 1/7 and still wins), the exact im2col panel otherwise (the 3-channel stem, a 3×3 of
     stride 1 on a 7×7 map, a batch of 1×1s on small maps), the im2col tiles over the tap sum's grid for few
-    channels at stride 1. A strided convolution whose weight is known at load (``packed``) takes the panel:
-    its register blocks on the packed weight beat the tap sum's BLAS calls (ResNet-18 at B = 1: its 3×3/2 of
-    256 and 512 channels 1.11× and 1.32×, its 1×1/2 downsamples 1.27-1.35×; the 128-channel 3×3/2 equal)."""
+    channels at stride 1.
+    With the weight known at load (``packed``: register blocks on a weight packed once, their 16-column
+    vectors padding the exact panel too), a strided 1×1 takes the panel (1.27-1.35× the tap sum's BLAS calls
+    on ResNet-18's downsamples at B = 1), and a larger kernel the tap sum, unless its padded grid is over 1/4
+    wider than the padded panel (a 3×3 on a 7×7 map: 64 columns either way, and no im2col copy)."""
     kh, kw, sh, sw, ph, pw, dh, dw = geometry
     extra = ((kw - 1) * dw) // sw
     if nb > 1 and ho * wo < 256:  # a GEMM per image would be too narrow: one for the batch
         return "cols"
-    if packed and (sh, sw) != (1, 1):
+    if packed and kh * kw == 1 and (sh, sw) != (1, 1):
         return "cols"
+    if packed and kh * kw > 1 and conv_taps.applies(ci, 1):
+        grid, exact = gemm_packed.padded(ho * (wo + extra)), gemm_packed.padded(ho * wo)
+        return "taps" if 4 * grid <= 5 * exact else "cols"
     if conv_taps.applies(ci, 1) and 4 * extra <= wo:
         return "taps"
     return "gemm" if (sh, sw) == (1, 1) and not conv_taps.applies(ci, 1) else "cols"
@@ -134,7 +139,18 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
     o_shape = out_shape if nd == 2 else (out_shape[0], co, 1, out_shape[2])
     kind = _conv_kernel(ci, geometry, o_shape[0], o_shape[2], o_shape[3], packed=w_key is not None)
     in_place = kind == "taps" and ((kw - 1) * dw) // sw == 0  # its GEMMs write the output before reading res
-    w = conv_taps.tap_weight(ctx, w_key, w_expr, co, ci, kh, kw) if kind == "taps" and kh * kw > 1 else flat()
+    kk = ci * kh * kw
+    # a packed weight (its strips, seen as [rows, kk] by the kernel: only their shape is read) or BLAS's
+    packed = w_key is not None and (kind == "cols" or (kind == "taps" and not in_place))
+    if packed and kind == "taps":
+        ap = conv_taps.packed_tap_weight(ctx, w_key, w_expr, co, ci, kh, kw)
+    elif packed:
+        ap = ctx.derive(f"~gemm_pack6({w_key})", f"gemm_pack6({w_expr}, {co}, {kk})")
+    if packed:
+        w = f"{ap}.reshape({gemm_packed.strips(co) * 6}, {kk})"
+    else:
+        w = conv_taps.tap_weight(ctx, w_key, w_expr, co, ci, kh, kw) if kind == "taps" and kh * kw > 1 else flat()
+        ap = f"{w}.reshape(-1)"  # (unread)
     out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None and not in_place else ())
     rows = f"{out_shape[0]}, {out_shape[1]}, {prod(out_shape[2:])}"
     res3 = f"{res}.reshape({rows})" if res is not None else f"{out}.reshape({rows})"  # unread when has_res=0
@@ -144,15 +160,13 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
     has_res = 0 if res is None else 1
     if kind == "taps":
         work = conv_blas.work(ctx, conv_taps.work_size(geometry, x_shape, o_shape))
-        ctx.emit(f"{conv_taps.conv_taps_kernel(ctx, act_name)}({operands}, {work}, {window}, "
-                 f"has_bias={int(has_bias)}, has_res={has_res}, pb={conv_taps.block(co)}, parts={THREADS})")
+        ctx.emit(f"{conv_taps.conv_taps_kernel(ctx, act_name)}({operands}, {work}, {ap}, packed={int(packed)}, "
+                 f"{window}, has_bias={int(has_bias)}, has_res={has_res}, pb={conv_taps.block(co)}, "
+                 f"parts={THREADS})")
     elif kind == "cols":
-        kk, ncol = ci * kh * kw, o_shape[0] * o_shape[2] * o_shape[3]
+        ncol = o_shape[0] * o_shape[2] * o_shape[3]
         tile = conv_cols.tile(co, kk, ncol)
         work = conv_blas.work(ctx, conv_cols.work_size(geometry, x_shape, o_shape, tile))
-        packed = w_key is not None  # a weight known at load: packed once
-        ap = (ctx.derive(f"~gemm_pack6({w_key})", f"gemm_pack6({w_expr}, {co}, {kk})") if packed
-              else f"{w}.reshape(-1)")  # (unread)
         ctx.emit(f"{conv_cols.conv_cols_kernel(ctx, act_name)}({operands}, {work}, {ap}, packed={int(packed)}, "
                  f"{window}, has_res={has_res}, tile={tile}, parts={THREADS})")
     else:

@@ -28,7 +28,7 @@ CONV_COLS = """\
 {jit}
 def {name}(x, w2, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw, has_res, tile, parts):
     nb, ci, hi, wi = x.shape
-    co, kk = w2.shape
+    co, kk = out.shape[1], w2.shape[1]  # (w2: a packed weight's padded rows)
     ho, wo = out.shape[2], out.shape[3]
     wq, hq, nphase, nplanes = conv_taps_geometry(x.shape, ho, wo, sh, sw, ph, pw, dh, dw, kh, kw)
     pointwise = kh * kw == 1  # a 1×1's panel is gathered from the input itself: no planes
@@ -111,7 +111,7 @@ def {name}(x, w2, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
             for r in range(kk if not whole and ldm > m else 0):
                 work[cbase + r * ldm + m:cbase + (r + 1) * ldm] = np.float32(0.0)
             if in_strips:
-                gemm_strips(ap, 0, s0, s1, kk, work, cbase, ldm, ldm, work, pbase, ldm)
+                gemm_strips(ap, 0, kk, s0, s1, kk, work, cbase, ldm, ldm, work, pbase, ldm, 0)
             else:
                 blas_sgemm(0, 0, o1 - o0, m, kk, wflat, o0 * kk, kk, work, cbase, ncol if whole else m,
                            np.float32(0.0), work, pbase, m)

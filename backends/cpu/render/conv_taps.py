@@ -25,23 +25,30 @@ from __future__ import annotations
 
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import conv_blas
+from irc.backends.cpu.render import conv_blas, gemm_packed
 from irc.backends.cpu.render.context import NodeCtx
 
 JIT = jit()
 
 CONV_TAPS = """\
 {jit}
-def {name}(x, wt, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, has_res, pb, parts):
+def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, has_res, pb, parts):
     nb, ci, hi, wi = x.shape
-    co, kk = wt.shape
+    co, kk = out.shape[1], wt.shape[1]  # (wt: a packed weight's padded rows)
     ho, wo = out.shape[2], out.shape[3]
     wq, hq, nphase, nplanes = conv_taps_geometry(x.shape, ho, wo, sh, sw, ph, pw, dh, dw, kh, kw)
     plane = hq * wq
     npos = ho * wq
     in_place = wq == wo
-    grid_size = 0 if in_place else co * pb
-    if work.size < nplanes + parts * grid_size:
+    # ap: the weight in 6-row strips (gemm_packed.py); the register blocks read 16 columns at a time, up to
+    # 15 past a block's positions (the next ones, or for the last block the 16 floats of slack after the
+    # planes), into product columns the epilogue skips
+    in_strips = packed != 0 and not in_place
+    strips = (co + 5) // 6
+    pbl = (pb + 15) // 16 * 16 if in_strips else pb  # a product block's row stride
+    grid_size = 0 if in_place else (strips * 6 if in_strips else co) * pbl
+    slack = 16 if in_strips else 0
+    if work.size < nplanes + slack + parts * grid_size:
         raise ValueError("conv work buffer too small")
     wflat = wt.reshape(-1)
     oflat = out.reshape(-1)
@@ -81,7 +88,7 @@ def {name}(x, wt, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, h
     # numba resolves its BLAS pointer on first use, taking the GIL: do it here, on the thread that holds it
     blas_sgemm(0, 0, 1, 1, 0, wflat, 0, 1, wflat, 0, 1, np.float32(1.0), work, 0, 1)
     for c in prange(parts):
-        gbase = nplanes + c * grid_size
+        gbase = nplanes + slack + c * grid_size
         for u in range(c * units // parts, (c + 1) * units // parts):
             n = u // (chunks * oblocks)
             r = u - n * chunks * oblocks
@@ -89,9 +96,14 @@ def {name}(x, wt, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, h
             p1 = (r // oblocks + 1) * npos // chunks
             o0 = (r % oblocks) * co // oblocks
             o1 = (r % oblocks + 1) * co // oblocks
+            s0 = (r % oblocks) * strips // oblocks  # whole strips a unit
+            s1 = (r % oblocks + 1) * strips // oblocks
+            if in_strips:
+                o0, o1 = min(co, 6 * s0), min(co, 6 * s1)
             for q0 in range(p0, p1, pb):
                 q1 = min(p1, q0 + pb)
                 m = q1 - q0
+                ldm = (m + 15) // 16 * 16 if in_strips else m  # the product block's row stride
                 if gather:
                     conv_gather(x, src, n * nphase * ci * plane + q0, plane, 0, ci, n * npos + q0, n * npos + q1, sh,
                                 sw, ph, pw, ho, wo)
@@ -102,7 +114,9 @@ def {name}(x, wt, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, h
                     off = ((ki * dh) // sh) * wq + (kj * dw) // sw
                     beta = np.float32(0.0) if tap == 0 else np.float32(1.0)
                     b0 = ((n * nphase + f) * ci) * plane + off + q0
-                    if in_place:
+                    if in_strips:
+                        gemm_strips(ap, tap * ci * 6, kk, s0, s1, ci, src, b0, plane, ldm, work, gbase, ldm, tap > 0)
+                    elif in_place:
                         blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta, oflat,
                                    (n * co + o0) * npos + q0, npos)
                     else:
@@ -126,7 +140,7 @@ def {name}(x, wt, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, h
                     continue
                 for o in range(o0, o1):  # only the block's grid positions that are outputs
                     bo = b[o]
-                    g0 = gbase + (o - o0) * m - q0  # grid position q of the block is work[g0 + q]
+                    g0 = gbase + (o - o0) * ldm - q0  # grid position q of the block is work[g0 + q]
                     for oi in range(q0 // wq, (q1 - 1) // wq + 1):
                         a = max(q0 - oi * wq, 0)
                         e = min(q1 - oi * wq, wo)
@@ -307,8 +321,12 @@ def work_size(geometry: tuple[int, ...], x_shape: tuple[int, ...], out_shape: tu
     hq = ho + ((kh - 1) * dh) // sh + (1 if wq > wo else 0)
     direct = (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
     planes = 0 if direct else nb * sh * sw * ci * hq * wq
-    grid = 0 if wq == wo else co * block(co)
-    return f"{planes} + {THREADS} * {grid}" if grid else str(planes)
+    if wq == wo:  # the grid is the output
+        return str(planes)
+    # a product block per thread (all the strips' rows, its rows padded to 16 floats), and the slack the
+    # register blocks may read past the planes
+    grid = max(co * block(co), gemm_packed.strips(co) * 6 * gemm_packed.padded(block(co)))
+    return f"{planes + 16} + {THREADS} * {grid}"
 
 
 def tap_weight(ctx: NodeCtx, key: str | None, weight_expr: str, co: int, ci: int, kh: int, kw: int) -> str:
@@ -318,11 +336,20 @@ def tap_weight(ctx: NodeCtx, key: str | None, weight_expr: str, co: int, ci: int
     return ctx.derive(f"~conv_hwc({key})", expr) if key is not None else expr
 
 
+def packed_tap_weight(ctx: NodeCtx, key: str, weight_expr: str, co: int, ci: int, kh: int, kw: int) -> str:
+    """``weight_expr`` in (ki, kj, c) order and in 6-row strips (gemm_packed.py), derived once under ``key``."""
+    ctx.helper("conv_hwc_weight", HWC_WEIGHT)
+    gemm_packed.use(ctx.parts)
+    expr = f"gemm_pack6(conv_hwc_weight({weight_expr}, {co}, {ci}, {kh}, {kw}), {co}, {kh * kw * ci})"
+    return ctx.derive(f"~conv_hwc_strips({key})", expr)
+
+
 def devices(ctx: NodeCtx) -> None:
     """Register the device functions the tap sum (and conv_cols.py) call: BLAS, geometry, phase planes."""
     from irc.backends.cpu.render.mathfns import DEVICE_JIT
 
     conv_blas.sgemm(ctx)
+    gemm_packed.use(ctx.parts)
     ctx.parts.device("conv_tap_planes", PLANES.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_gather", GATHER.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_taps_geometry", GEOMETRY.format(jit=DEVICE_JIT))
@@ -337,5 +364,5 @@ def conv_taps_kernel(ctx: NodeCtx, act_name: str) -> str:
     name = f"k_conv_taps_{act_name}"
     src = CONV_TAPS.format(jit=JIT, name=name, expr=act(ctx.parts, act_name),
                            identity="True" if act_name == "none" else "False")
-    return ctx.kernel(Kernel(name, src, (A4, A2, A1, A3, A4, A1) + (I64,) * 12))
+    return ctx.kernel(Kernel(name, src, (A4, A2, A1, A3, A4, A1, A1) + (I64,) * 13))
 

@@ -33,27 +33,28 @@ def gemm_pack6(w, co, kk):
 
 STRIPS = f'''\
 {DEVICE_JIT}
-def gemm_strips(ap, ao, s0, s1, kk, x, xo, ldx, width, out, oo, ldo):
-    """out[oo + (6·(s − s0) + r)·ldo + c] = Σ_k strip s of ap[ao:] [k, r] · x[xo + k·ldx + c] for strips
-    [s0, s1), r < 6, c < width (a multiple of 16); out is written, not read first. K goes in blocks whose
-    share of the panel stays in L2 ({PANEL_FLOATS} floats), then strip after strip, then 64 columns at a
-    time (16 for the last ones)."""
-    kc = min(kk, max(128, {PANEL_FLOATS} // width))
-    for k0 in range(0, kk, kc):
-        kl = min(kc, kk - k0)
+def gemm_strips(ap, ao, sk, s0, s1, kn, x, xo, ldx, width, out, oo, ldo, add):
+    """out[oo + (6·(s − s0) + r)·ldo + c] (+)= Σ_k<kn ap[ao + (s·sk + k)·6 + r] · x[xo + k·ldx + c] for
+    strips [s0, s1) of sk rows of K each, r < 6, c < width (a multiple of 16): the sum is written, or with
+    ``add`` added to out. K goes in blocks whose share of x stays in L2 ({PANEL_FLOATS} floats), then strip
+    after strip, then 64 columns at a time (16 for the last ones)."""
+    kc = min(kn, max(128, {PANEL_FLOATS} // width))
+    for k0 in range(0, kn, kc):
+        kl = min(kc, kn - k0)
         xk = xo + k0 * ldx
+        fresh = k0 == 0 and not add
         for s in range(s0, s1):
-            a = ao + (s * kk + k0) * 6
+            a = ao + (s * sk + k0) * 6
             o = oo + (s - s0) * 6 * ldo
             c = 0
             while c + 64 <= width:
-                if k0 == 0:
+                if fresh:
                     gemm_pv6x64_new(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
                 else:
                     gemm_pv6x64(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
                 c += 64
             while c < width:
-                if k0 == 0:
+                if fresh:
                     gemm_pv6x16_new(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)
                 else:
                     gemm_pv6x16(ap, a, 6, x, xk + c, ldx, out, o + c, ldo, kl)

@@ -92,7 +92,7 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
             mf = mbuf
             for e in range(16):
                 if in_strips:
-                    gemm_strips(ap, e * strips * ci * 6, s0, s1, ci, vf, e * vs, ldm, ldm, mf, e * em, ldm)
+                    gemm_strips(ap, e * strips * ci * 6, ci, s0, s1, ci, vf, e * vs, ldm, ldm, mf, e * em, ldm, 0)
                 else:
                     blas_sgemm(0, 0, o1 - o0, m, ci, uf, (e * co + o0) * ci, ci, vf, e * vs, m, np.float32(0.0), mf,
                                e * em, m)
