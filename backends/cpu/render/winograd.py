@@ -16,6 +16,7 @@ from __future__ import annotations
 from irc.backends.common.kernel import A1, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render import gemm_packed
+from irc.backends.cpu.render import winograd_transforms as transforms
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
 
@@ -31,14 +32,15 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
     ho, wo = out.shape[2], out.shape[3]
     ty_n = (ho + 1) // 2
     tx_n = (wo + 1) // 2
-    hq = 2 * ty_n + 2
-    wq = 2 * tx_n + 2
-    planes = np.empty((nb, 1, ci, hq * wq), np.float32)  # the padded input, every tile's patch inside
-    cblocks = parts if nb < 2 * parts else 1
-    for t in prange(nb * cblocks):
+    wp = tx_n + 1  # grid positions a row (winograd_transforms.py): the tiles and one that is none
+    hp = ty_n + 2  # phase-plane rows: the tiles' patches, and one zero row the last position reads into
+    g = ty_n * wp  # grid positions an image
+    planes = np.empty((nb, 4, ci, hp * wp), np.float32)  # the input's 2×2 phase planes, zero-padded
+    cblocks = parts if 4 * nb < 2 * parts else 1
+    for t in prange(nb * 4 * cblocks):
         c = t % cblocks
-        conv_phases(x, planes, t // cblocks, 1, 1, ph, pw, hq, wq, c * ci // cblocks, (c + 1) * ci // cblocks)
-    ntile = nb * ty_n * tx_n
+        conv_phases(x, planes, t // cblocks, 2, 2, ph, pw, hp, wp, c * ci // cblocks, (c + 1) * ci // cblocks)
+    ntile = nb * g
     chunk = max(8, min(ntile, 24576 // (ci + co)))
     nchunk = (ntile + chunk - 1) // chunk
     # by chunks of tiles each thread reads all of U once a chunk: fine while U stays in L2 (≤ 1 MiB), else
@@ -57,10 +59,9 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
     if not by_tiles:  # one input transform of every tile, split by channels, then the products by channels out
         for c in prange(parts):
             winograd_input(planes, v_all, winograd_stride(ci * ldc), ldc, c * ci // parts, (c + 1) * ci // parts, 0,
-                           ntile, ty_n, tx_n, wq)
+                           ntile, g, wp)
     out3 = out.reshape(nb, co, ho * wo)
     uf = u.reshape(-1)
-    U = np.uint64
     # numba resolves its BLAS pointer on first use, taking the GIL: do it here, on the thread that holds it
     blas_sgemm(0, 0, 1, 1, 0, uf, 0, 1, uf, 0, 1, np.float32(1.0), uf, 0, 1)
     for c in prange(parts):
@@ -73,6 +74,8 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
         rows = (s1 - s0) * 6 if in_strips else o1 - o0  # the product's rows
         vbuf = np.empty(16 * winograd_stride(ci * ldc) if by_tiles else 1, np.float32)
         mbuf = np.empty(16 * winograd_stride(rows * ldc), np.float32)
+        sbuf = np.empty(8 * ldc, np.float32)  # the output transform's row sums, then its 2×2 results
+        ybuf = np.empty(4 * ldc, np.float32)
         for k in range(k0, k1):
             if o1 == o0:
                 break
@@ -85,10 +88,10 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
             vs = winograd_stride(ci * ldm)  # element e of V is [in, m] at vf[e·vs:], rows ldm apart
             if by_tiles:
                 vf = vbuf
-                winograd_input(planes, vbuf, vs, ldm, 0, ci, t0, t1, ty_n, tx_n, wq)
+                winograd_input(planes, vbuf, vs, ldm, 0, ci, t0, t1, g, wp)
             else:
                 vf = v_all
-            em = winograd_stride(rows * ldm)  # element e of tile column j, channel o: mf[e·em + (o − o0)·ldm + j]
+            em = winograd_stride(rows * ldm)  # element e of column j, channel o: mf[e·em + (o − o0)·ldm + j]
             mf = mbuf
             for e in range(16):
                 if in_strips:
@@ -96,122 +99,18 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
                 else:
                     blas_sgemm(0, 0, o1 - o0, m, ci, uf, (e * co + o0) * ci, ci, vf, e * vs, m, np.float32(0.0), mf,
                                e * em, m)
-            # the output transform and the epilogue, one row of tiles at a time
-            t = t0
-            while t < t1:
-                n = t // (ty_n * tx_n)
-                r = t - n * ty_n * tx_n
-                ty = r // tx_n
-                a0 = r - ty * tx_n
-                a1 = min(tx_n, a0 + t1 - t)
-                full = min(a1, wo // 2)  # tiles whose two columns are both outputs
-                two_rows = 2 * ty + 1 < ho
-                q = t - t0 - a0
-                for o in range(o0, o1):
-                    bo = b[o]
-                    dst = out3[n, o]
-                    src = res[n, o]
-                    d0 = 2 * ty * wo
-                    d1 = d0 + wo
-                    g = (o - o0) * ldm + q  # flat indices cast to uint64: no wraparound check per access
-                    for tx in range(a0, a1):
-                        j = g + tx
-                        p0, p1, p2, p3 = mf[U(j)], mf[U(j + em)], mf[U(j + 2 * em)], mf[U(j + 3 * em)]
-                        p4, p5, p6, p7 = mf[U(j + 4 * em)], mf[U(j + 5 * em)], mf[U(j + 6 * em)], mf[U(j + 7 * em)]
-                        p8, p9, p10, p11 = (mf[U(j + 8 * em)], mf[U(j + 9 * em)], mf[U(j + 10 * em)],
-                                            mf[U(j + 11 * em)])
-                        p12, p13, p14, p15 = (mf[U(j + 12 * em)], mf[U(j + 13 * em)], mf[U(j + 14 * em)],
-                                              mf[U(j + 15 * em)])
-                        s00 = p0 + p4 + p8
-                        s01 = p1 + p5 + p9
-                        s02 = p2 + p6 + p10
-                        s03 = p3 + p7 + p11
-                        s10 = p4 - p8 - p12
-                        s11 = p5 - p9 - p13
-                        s12 = p6 - p10 - p14
-                        s13 = p7 - p11 - p15
-                        y00 = s00 + s01 + s02 + bo
-                        y01 = s01 - s02 - s03 + bo
-                        y10 = s10 + s11 + s12 + bo
-                        y11 = s11 - s12 - s13 + bo
-                        c0 = 2 * tx
-                        if has_res:
-                            y00 += src[U(d0 + c0)]
-                            if tx < full:
-                                y01 += src[U(d0 + c0 + 1)]
-                            if two_rows:
-                                y10 += src[U(d1 + c0)]
-                                if tx < full:
-                                    y11 += src[U(d1 + c0 + 1)]
-                        v = y00
-                        dst[U(d0 + c0)] = {expr}
-                        if tx < full:
-                            v = y01
-                            dst[U(d0 + c0 + 1)] = {expr}
-                        if two_rows:
-                            v = y10
-                            dst[U(d1 + c0)] = {expr}
-                            if tx < full:
-                                v = y11
-                                dst[U(d1 + c0 + 1)] = {expr}
-                t += a1 - a0
+            for o in range(o0, o1):  # the output transform and the epilogue, channel after channel
+                winograd_output(mf, em, ldm, o - o0, m, sbuf, ybuf)
+                t = t0
+                while t < t1:  # one image's run of positions
+                    n = t // g
+                    q0 = t - n * g
+                    q1 = min(g, q0 + t1 - t)
+                    winograd_store_{act}(ybuf[t - t0:], ldm, q0, q1, g, wp, tx_n, b[o], res[n, o], out3[n, o],
+                                         has_res, wo, ho)
+                    t += q1 - q0
 """
 
-INPUT = """\
-{jit}
-def winograd_input(planes, vf, em, ld, c0, c1, t0, t1, ty_n, tx_n, wq):
-    \"\"\"V = Bᵀ·d·B of channels [c0, c1) for tiles [t0, t1) into vf: element e as [in, t1 − t0] at vf[e·em:],
-    rows ld apart (the columns from t1 − t0 to ld are zeros).\"\"\"
-    ci = planes.shape[2]
-    m = t1 - t0
-    U = np.uint64
-    per = ty_n * tx_n
-    for c in range(c0, c1):
-        t = t0
-        while t < t1:
-            n = t // per
-            r = t - n * per
-            ty = r // tx_n
-            a0 = r - ty * tx_n
-            a1 = min(tx_n, a0 + t1 - t)
-            src = planes[n, 0, c]
-            q = t - t0 - a0
-            row = 2 * ty * wq
-            # flat indices cast to uint64: numba then adds no negative-index wraparound check per access
-            for tx in range(a0, a1):
-                p = row + 2 * tx
-                d00, d01, d02, d03 = src[U(p)], src[U(p + 1)], src[U(p + 2)], src[U(p + 3)]
-                d10, d11, d12, d13 = src[U(p + wq)], src[U(p + wq + 1)], src[U(p + wq + 2)], src[U(p + wq + 3)]
-                p2, p3 = p + 2 * wq, p + 3 * wq
-                d20, d21, d22, d23 = src[U(p2)], src[U(p2 + 1)], src[U(p2 + 2)], src[U(p2 + 3)]
-                d30, d31, d32, d33 = src[U(p3)], src[U(p3 + 1)], src[U(p3 + 2)], src[U(p3 + 3)]
-                # Bᵀ·d: rows (d0 − d2, d1 + d2, d2 − d1, d1 − d3)
-                r00, r01, r02, r03 = d00 - d20, d01 - d21, d02 - d22, d03 - d23
-                r10, r11, r12, r13 = d10 + d20, d11 + d21, d12 + d22, d13 + d23
-                r20, r21, r22, r23 = d20 - d10, d21 - d11, d22 - d12, d23 - d13
-                r30, r31, r32, r33 = d10 - d30, d11 - d31, d12 - d32, d13 - d33
-                j = c * ld + q + tx  # element e of the tile is vf[e·em + j]
-                # (Bᵀ·d)·B: the same on columns
-                vf[U(j)] = r00 - r02
-                vf[U(j + em)] = r01 + r02
-                vf[U(j + 2 * em)] = r02 - r01
-                vf[U(j + 3 * em)] = r01 - r03
-                vf[U(j + 4 * em)] = r10 - r12
-                vf[U(j + 5 * em)] = r11 + r12
-                vf[U(j + 6 * em)] = r12 - r11
-                vf[U(j + 7 * em)] = r11 - r13
-                vf[U(j + 8 * em)] = r20 - r22
-                vf[U(j + 9 * em)] = r21 + r22
-                vf[U(j + 10 * em)] = r22 - r21
-                vf[U(j + 11 * em)] = r21 - r23
-                vf[U(j + 12 * em)] = r30 - r32
-                vf[U(j + 13 * em)] = r31 + r32
-                vf[U(j + 14 * em)] = r32 - r31
-                vf[U(j + 15 * em)] = r31 - r33
-            t += a1 - a0
-        for e in range(16 if ld > m else 0):
-            vf[e * em + c * ld + m:e * em + (c + 1) * ld] = np.float32(0.0)
-"""
 
 # The 16 elements of V and of the products lie one stride apart, and the transforms touch all 16 at once. A
 # stride of a whole number of 4 KiB pages would put the 16 in one L1 set, which holds 12 lines: ResNet's
@@ -267,12 +166,15 @@ def winograd_call(ctx: NodeCtx, u: str, b: str, res: str | None, act_name: str, 
     from irc.backends.cpu.render.mathfns import DEVICE_JIT
 
     ctx.parts.device("conv_phases", PHASES.format(jit=DEVICE_JIT))
-    ctx.parts.device("winograd_input", INPUT.format(jit=DEVICE_JIT))
+    ctx.parts.device("winograd_input", transforms.INPUT.format(jit=DEVICE_JIT))
+    ctx.parts.device("winograd_output", transforms.OUTPUT.format(jit=DEVICE_JIT))
+    ctx.parts.device(f"winograd_store_{act_name}", transforms.STORE.format(jit=DEVICE_JIT, act=act_name,
+                                                                          expr=act(ctx.parts, act_name)))
     ctx.parts.device("winograd_stride", STRIDE.format(jit=DEVICE_JIT))
     sgemm(ctx)
     gemm_packed.use(ctx.parts)
     name = f"k_winograd_{act_name}"
-    k = ctx.kernel(Kernel(name, WINOGRAD.format(jit=JIT, name=name, expr=act(ctx.parts, act_name)),
+    k = ctx.kernel(Kernel(name, WINOGRAD.format(jit=JIT, name=name, act=act_name),
                           (A4, A3, A1, A1, A3, A4) + (I64,) * 5))
     out_shape = ctx.out_shape()
     out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None else ())
