@@ -107,21 +107,25 @@ def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
                 if gather:
                     conv_gather(x, src, n * nphase * ci * plane + q0, plane, 0, ci, n * npos + q0, n * npos + q1, sh,
                                 sw, ph, pw, ho, wo)
-                for tap in range(kh * kw):
-                    ki = tap // kw
-                    kj = tap - ki * kw
-                    f = ((ki * dh) % sh) * sw + (kj * dw) % sw
-                    off = ((ki * dh) // sh) * wq + (kj * dw) // sw
-                    beta = np.float32(0.0) if tap == 0 else np.float32(1.0)
-                    b0 = ((n * nphase + f) * ci) * plane + off + q0
-                    if in_strips:
-                        gemm_strips(ap, tap * ci * 6, kk, s0, s1, ci, src, b0, plane, ldm, work, gbase, ldm, tap > 0)
-                    elif in_place:
-                        blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta, oflat,
-                                   (n * co + o0) * npos + q0, npos)
-                    else:
-                        blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta, work,
-                                   gbase, m)
+                # with strips: strip after strip, each through all its taps, so a strip's weights are one stream
+                for st in range(s0 if in_strips else 0, s1 if in_strips else 1):
+                    for tap in range(kh * kw):
+                        ki = tap // kw
+                        kj = tap - ki * kw
+                        f = ((ki * dh) % sh) * sw + (kj * dw) % sw
+                        off = ((ki * dh) // sh) * wq + (kj * dw) // sw
+                        b0 = ((n * nphase + f) * ci) * plane + off + q0
+                        if in_strips:
+                            gemm_strips(ap, tap * ci * 6, kk, st, st + 1, ci, src, b0, plane, ldm, work,
+                                        gbase + (st - s0) * 6 * ldm, ldm, tap > 0)
+                            continue
+                        beta = np.float32(0.0) if tap == 0 else np.float32(1.0)
+                        if in_place:
+                            blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta,
+                                       oflat, (n * co + o0) * npos + q0, npos)
+                        else:
+                            blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta,
+                                       work, gbase, m)
                 # the epilogue, on flat indices cast to uint64: an index numba cannot prove non-negative costs a
                 # wraparound check per element, and the loop no longer vectorises
                 if in_place:

@@ -80,6 +80,19 @@ def vec_fma(builder, a, b, c):
     return builder.call(fn, [a, b, c])
 '''
 
+VEC_PREFETCH = '''\
+def vec_prefetch(builder, base, offset):
+    \"\"\"A read prefetch of base[offset] into all cache levels (a hint: it never faults).\"\"\"
+    i8p = llvm_ir.IntType(8).as_pointer()
+    i32 = llvm_ir.IntType(32)
+    fn = builder.module.globals.get("llvm.prefetch.p0")
+    if fn is None:
+        fn = llvm_ir.Function(builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32]),
+                              "llvm.prefetch.p0")
+    ptr = builder.bitcast(builder.gep(base, [offset]), i8p)
+    builder.call(fn, [ptr, llvm_ir.Constant(i32, 0), llvm_ir.Constant(i32, 3), llvm_ir.Constant(i32, 1)])
+'''
+
 VEC_EXACT = '''\
 def vec_exact(instruction):
     \"\"\"The float instruction, flagged ``nsz`` only: Numba's fastmath pass flags just the
@@ -156,10 +169,11 @@ def simd_qk(name, keys, width):
 '''
 
 SIMD_PV = '''\
-def simd_pv(name, rows, width, fresh=False):
+def simd_pv(name, rows, width, fresh=False, ahead=0):
     \"\"\"The value block acc[ao + r·lda + c] += Σ_j p[po + j·ldp + r] · v[vo + j·ldv + c] for
     r < ``rows`` queries, c < ``width`` columns, j < depth (>= 1) keys: the columns in as many
-    passes as the registers need (one on AVX-512). ``fresh``: acc = the sum (acc is not read).\"\"\"
+    passes as the registers need (one on AVX-512). ``fresh``: acc = the sum (acc is not read).
+    ``ahead``: each step prefetches p that many steps on (a weight streamed from memory).\"\"\"
     def typer(typingctx, p, po, ldp, v, vo, ldv, acc, ao, lda, depth):
         def codegen(context, builder, sig, args):
             i64 = llvm_ir.IntType(64)
@@ -177,6 +191,8 @@ def simd_pv(name, rows, width, fresh=False):
                     at = builder.add(vo_, builder.mul(j, ldv_))
                     vv = [vec_load(builder, lanes, v_, builder.add(at, llvm_ir.Constant(i64, lanes * c))) for c in cols]
                     pj = builder.add(po_, builder.mul(j, ldp_))
+                    if ahead:
+                        vec_prefetch(builder, p_, builder.add(pj, builder.mul(llvm_ir.Constant(i64, ahead), ldp_)))
                     out = []
                     for r in range(rows):
                         pr = vec_splat(builder, lanes, p_, builder.add(pj, llvm_ir.Constant(i64, r)))
@@ -263,7 +279,8 @@ BLOCKS = {
 }
 # in the order the module needs them: a block's builder is called when the module is imported
 SOURCES = {"vec_ptr": VEC_PTR, "vec_shape": VEC_SHAPE, "vec_load": VEC_LOAD, "vec_store": VEC_STORE,
-           "vec_splat": VEC_SPLAT, "vec_fma": VEC_FMA, "vec_exact": VEC_EXACT, "vec_loop": VEC_LOOP,
+           "vec_splat": VEC_SPLAT, "vec_fma": VEC_FMA, "vec_prefetch": VEC_PREFETCH, "vec_exact": VEC_EXACT,
+           "vec_loop": VEC_LOOP,
            "simd_qk": SIMD_QK, "simd_pv": SIMD_PV, "simd_exp2": SIMD_EXP2, **BLOCKS, "sdpa_exp2": SDPA_EXP2}
 
 
