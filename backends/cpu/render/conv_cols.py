@@ -11,8 +11,10 @@ plane; a 1×1's panel is gathered straight from the input. The weight stays in i
 Two ways to split the work. With a large weight (≥ 1 MiB: ResNet's 256 and 512 channels) one panel of the
 whole batch is built, its rows split over the threads, and each thread multiplies its block of output
 channels by all of it: the weight is read once. Otherwise each thread builds and multiplies tiles of ~1 MiB
-of panel with the whole weight, while they are in cache. Either way the product block then goes to the NCHW
-output through the epilogue (bias, residual, activation). Temporaries live in the kept work buffer.
+of panel with the whole weight, while they are in cache. The products are BLAS calls, or, for a weight known
+at load, the register blocks of gemm_packed.py on its 6-row strips (panel rows then padded to 16 floats).
+Either way the product block then goes to the NCHW output through the epilogue (bias, residual,
+activation). Temporaries live in the kept work buffer.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ the matrix plane[:, off : off + positions] (rows one plane apart), and the convo
 
     grid[out, positions] = Σ_taps weight[:, tap's C columns] · plane_f(tap)[C, off(tap) + positions]
 
-kh·kw BLAS calls adding into one product block (blas_sgemm with leading dimensions and beta = 1): each
-input element is copied once (the planes), not kh·kw times, and each GEMM's K is the channel count. The
+kh·kw BLAS calls adding into one product block (blas_sgemm with leading dimensions and beta = 1), or, for
+a weight known at load, gemm_packed.py's register blocks on its 6-row strips, each strip through all its
+taps in turn: each input element is copied once (the planes), not kh·kw times, and each GEMM's K is the
+channel count. The
 weight is in (ki, kj, c) order, [out, kh·kw·C], so a tap's columns are contiguous (a derived weight; a
 1×1 weight is already in that order). A 1×1 convolution has wq = wo: its grid is the output itself, the
 GEMMs write the output rows directly and the epilogue (bias, residual, activation) runs in place; otherwise
