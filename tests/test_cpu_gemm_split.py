@@ -1,6 +1,7 @@
 """The cpu backend's gemm kernel split both ways over 1 to 5 parts, against NumPy (float64): by rows when x has
 at least as many rows as the weight (or the product is too narrow to split its columns), else by columns
-(each thread packing its share of the weight once)."""
+(each thread packing its share of the weight once). The weight is an input of the graph, a value known only at
+run time, so it goes through BLAS rather than the panels packed once per weights dict (test_cpu_gemm_panels.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ _ = cpu_cache
 
 GEMM = """graph @g() {{
   %x = input : f32[{m},{k}]
-  %w = param {{name=weight, shape=[{n}, {k}]}} : f32[{n},{k}] scope("fc")
+  %w = input : f32[{n},{k}]
   %b = param {{name=bias, shape=[{n}]}} : f32[{n}] scope("fc")
   %y = gemm %x, %w, %b {{act={act}}} : f32[{m},{n}]
   output y = %y

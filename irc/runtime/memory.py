@@ -158,7 +158,8 @@ def estimate_bytes(graph: Graph, float_bytes: int = 4) -> tuple[int, int]:
 
 
 ACTIVATION_SLACK = 1.25  # measured: NumPy temporaries put the reference's peak up to ~1.3x the liveness estimate
-BACKEND_WEIGHT_COPIES = {"cpu": 1.0}  # extra copies of the weights a backend holds (the cpu backend merges them)
+# extra copies of the weights a backend holds (the cpu backend merges some weights, packs others)
+BACKEND_WEIGHT_COPIES = {"cpu": 1.0}
 
 
 def run_phases(graph: Graph, backend: str, check: bool, random_weights: bool) -> list[tuple[str, dict[str, int]]]:

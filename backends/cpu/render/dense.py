@@ -16,13 +16,15 @@ JIT = jit()
 
 def render_linear(ctx: NodeCtx) -> None:
     n_out = ctx.out_shape()[-1]
-    gemm_call(ctx, ctx.args[0], ctx.in_shape(), ctx.weight("weight"), ctx.weight_or_zeros("bias", n_out))
+    gemm_call(ctx, ctx.args[0], ctx.in_shape(), ctx.weight("weight"), ctx.weight_or_zeros("bias", n_out),
+              w_key=ctx.weight_key("weight"))
 
 
 def render_unembed(ctx: NodeCtx) -> None:
     tied = ctx.attr("tied")
-    w = ctx.weight("weight", key=f"{tied}.weight") if tied is not None else ctx.weight("weight")
-    gemm_call(ctx, ctx.args[0], ctx.in_shape(), w, ctx.weight_or_zeros("bias", ctx.out_shape()[-1]))
+    key = f"{tied}.weight" if tied is not None else ctx.weight_key("weight")
+    gemm_call(ctx, ctx.args[0], ctx.in_shape(), ctx.weight("weight", key=key),
+              ctx.weight_or_zeros("bias", ctx.out_shape()[-1]), w_key=key)
 
 
 MATMUL = """\
@@ -61,8 +63,9 @@ def render_ffn(ctx: NodeCtx) -> None:
     h = f"{ctx.outs[0]}_hidden"
     ctx.emit(f"{h} = np.empty(({rows}, {hidden}), np.float32)")
     gemm_call(ctx, ctx.args[0], ctx.in_shape(), ctx.weight("w1"), ctx.weight_or_zeros("b1", hidden),
-              ctx.attr("act", "gelu"), out=h, out_shape=(rows, hidden))
-    gemm_call(ctx, h, (rows, hidden), ctx.weight("w2"), ctx.weight_or_zeros("b2", ctx.out_shape()[-1]))
+              ctx.attr("act", "gelu"), out=h, out_shape=(rows, hidden), w_key=ctx.weight_key("w1"))
+    gemm_call(ctx, h, (rows, hidden), ctx.weight("w2"), ctx.weight_or_zeros("b2", ctx.out_shape()[-1]),
+              w_key=ctx.weight_key("w2"))
     ctx.emit(f"del {h}")
 
 
@@ -99,7 +102,8 @@ def render_swiglu(ctx: NodeCtx) -> None:
         key = f"~stack({ctx.weight_key('w_gate')},{ctx.weight_key('w_up')})"
         w = ctx.derive(key, f"np.concatenate([{ctx.weight('w_gate')}, {ctx.weight('w_up')}])")
         ctx.emit(f"{k}({x}, {w}, {h}, {THREADS})")
-    gemm_call(ctx, h, (rows, hidden), ctx.weight("w_down"), ctx.weight_or_zeros("b_down", ctx.out_shape()[-1]))
+    gemm_call(ctx, h, (rows, hidden), ctx.weight("w_down"), ctx.weight_or_zeros("b_down", ctx.out_shape()[-1]),
+              w_key=ctx.weight_key("w_down"))
     ctx.emit(f"del {h}")
 
 

@@ -8,8 +8,11 @@ product of a few rows splits the weight instead). BLAS runs single-threaded mean
 
 from __future__ import annotations
 
+from math import prod
+
 from irc.backends.common.kernel import A1, A2, I64, Kernel, ModuleParts
 from irc.backends.cpu.jit import FASTMATH, jit
+from irc.backends.cpu.render import gemm_panels
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.conv_blas import sgemm
@@ -264,9 +267,14 @@ def {name}(x, w, {', '.join(outs)}, parts):
 
 
 def gemm_call(ctx: NodeCtx, x: str, in_shape: tuple[int, ...], w: str, b: str, act_name: str = "none",
-              out: str | None = None, out_shape: tuple[int, ...] | None = None) -> str:
-    """Call the gemm kernel on [rows, features] views; allocates the node's result unless ``out``."""
-    k = gemm_kernel(ctx, act_name)
+              out: str | None = None, out_shape: tuple[int, ...] | None = None, w_key: str | None = None) -> str:
+    """Call the gemm kernel on [rows, features] views; allocates the node's result unless ``out``. A weight
+    known at load (``w_key``) runs on its packed panels (:mod:`.gemm_panels`) at the sizes where they win."""
+    if w_key is not None and gemm_panels.applies(prod(in_shape[:-1]), SMALL_M):
+        k = gemm_panels.panels_kernel(ctx, act_name)
+        w = gemm_panels.panels_weight(ctx, w_key)
+    else:
+        k = gemm_kernel(ctx, act_name)
     if out is None:
         out, out_shape = ctx.alloc(), ctx.out_shape()
     ctx.emit(f"{k}({ctx.rows(x, in_shape)}, {w}, {b}, {ctx.rows(out, out_shape)}, {THREADS})")
@@ -285,7 +293,8 @@ def render_param(ctx: NodeCtx) -> None:
 
 def render_gemm(ctx: NodeCtx) -> None:
     n = ctx.out_shape()[-1]
-    gemm_call(ctx, ctx.args[0], ctx.in_shape(0), ctx.args[1], _bias_or_zeros(ctx, 2, n), ctx.attr("act", "none"))
+    gemm_call(ctx, ctx.args[0], ctx.in_shape(0), ctx.args[1], _bias_or_zeros(ctx, 2, n), ctx.attr("act", "none"),
+              w_key=ctx.param_key(1))
 
 
 def _stacked(ctx: NodeCtx, first: int, tag: str) -> str:

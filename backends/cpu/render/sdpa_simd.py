@@ -81,8 +81,9 @@ def vec_fma(builder, a, b, c):
 '''
 
 VEC_PREFETCH = '''\
-def vec_prefetch(builder, base, offset):
-    \"\"\"A read prefetch of base[offset] into all cache levels (a hint: it never faults).\"\"\"
+def vec_prefetch(builder, base, offset, locality=3):
+    \"\"\"A read prefetch of base[offset] (a hint: it never faults): into all cache levels, or with
+    ``locality`` 2 into L2 and beyond (x86's prefetcht1).\"\"\"
     i8p = llvm_ir.IntType(8).as_pointer()
     i32 = llvm_ir.IntType(32)
     fn = builder.module.globals.get("llvm.prefetch.p0")
@@ -90,7 +91,7 @@ def vec_prefetch(builder, base, offset):
         fn = llvm_ir.Function(builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32]),
                               "llvm.prefetch.p0")
     ptr = builder.bitcast(builder.gep(base, [offset]), i8p)
-    builder.call(fn, [ptr, llvm_ir.Constant(i32, 0), llvm_ir.Constant(i32, 3), llvm_ir.Constant(i32, 1)])
+    builder.call(fn, [ptr, llvm_ir.Constant(i32, 0), llvm_ir.Constant(i32, locality), llvm_ir.Constant(i32, 1)])
 '''
 
 VEC_EXACT = '''\

@@ -1,0 +1,79 @@
+"""Dense products on a weight packed once as 64-column panels of its transpose (gemm_panels.py), against NumPy
+in float64: every split over 1 to 5 threads, by panels (x fits one block of rows) and by rows (several blocks),
+with a partial last strip of rows and a partial last panel of columns (through the scratch block), K in one and
+in several blocks of KC; every split giving the same bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_cpu_backend_helpers import assert_matches, cpu_cache
+
+from irc.backends.cpu import compile_graph
+from irc.backends.cpu.render import gemm_panels
+from irc.ir_parser import parse_ir
+from irc.passes import PASSES
+
+_ = cpu_cache
+
+GEMM = """graph @g() {{
+  %x = input : f32[{m},{k}]
+  %w = param {{name=weight, shape=[{n}, {k}]}} : f32[{n},{k}] scope("fc")
+  %b = param {{name=bias, shape=[{n}]}} : f32[{n}] scope("fc")
+  %y = gemm %x, %w, %b {{act={act}}} : f32[{m},{n}]
+  output y = %y
+}}
+"""
+
+
+def _gelu_tanh(v: np.ndarray) -> np.ndarray:
+    return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
+
+
+ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0), "gelu_tanh": _gelu_tanh}
+
+
+def _case(m: int, n: int, k: int, act: str, cache):
+    graph = PASSES["shape-infer"](parse_ir(GEMM.format(m=m, n=n, k=k, act=act)))
+    compiled = compile_graph(graph, cache_dir=cache)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    want = ACTS[act](x.astype(np.float64) @ w.T.astype(np.float64) + b)
+    return compiled, x, w, b, want
+
+
+# (m, n, k): 17 rows (the first past dot_nt's SMALL_M) with 7 panels, the last of 60 columns; 21 whole strips
+# by 3 whole panels, K in 2 blocks of KC (128 + 72); 128 rows (ROWS_MAX: a partial strip) by a whole and a
+# partial panel, K = 3000 in 2 blocks of the L2 size (2048 + 952); 40 rows by one panel (fewer panels than
+# threads: by rows)
+@pytest.mark.parametrize("shape", [(17, 444, 40), (126, 192, 200), (128, 77, 3000), (40, 64, 129)])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu_tanh"])
+def test_panel_gemm_every_split_matches_numpy(shape, act, cpu_cache):
+    m, n, k = shape
+    compiled, x, w, b, want = _case(m, n, k, act, cpu_cache)
+    module = compiled.module
+    kernel = getattr(module, f"k_gemm_panels_{act}")
+    wp = module.gemm_panels64(w)
+    first = None
+    for parts in range(1, 6):
+        out = np.full((m, n), np.nan, np.float32)
+        kernel(x, wp, b, out, parts)
+        assert_matches({"y": out}, {"y": want})
+        if first is None:
+            first = out
+        else:  # every output is one chain of FMAs in K order, whoever computes it
+            assert np.array_equal(out, first), f"{parts} threads changed the bits"
+
+
+def test_panel_gemm_through_the_driver_and_its_limits(cpu_cache):
+    """The driver derives the panels once per weights dict and calls the panel kernel; past ROWS_MAX rows and
+    at SMALL_M rows or fewer the product keeps BLAS and dot_nt."""
+    compiled, x, w, b, want = _case(70, 130, 50, "relu", cpu_cache)
+    assert "k_gemm_panels_relu(" in compiled.source and "gemm_panels64(weights['fc.weight'])" in compiled.source
+    assert_matches(compiled.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})
+    for rows in (16, gemm_panels.ROWS_MAX + 1):
+        big, x, w, b, want = _case(rows, 64, 8, "none", cpu_cache)
+        assert "k_gemm_panels" not in big.source and "k_gemm_none(" in big.source
+        assert_matches(big.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})
