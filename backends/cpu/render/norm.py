@@ -13,7 +13,9 @@ from math import prod
 
 from irc.backends.common.kernel import A1, A2, A3, F32, I64, Kernel
 from irc.backends.cpu.jit import jit
+from irc.backends.cpu.render import stream_stores
 from irc.backends.cpu.render.context import NodeCtx
+from irc.backends.cpu.render.gemm import THREADS
 from irc.backends.literals import f32_literal
 
 JIT = jit(fastmath=True)
@@ -91,6 +93,76 @@ def k_add_rmsnorm(x, res, g, total, out, eps):
         for j in range(d):
             out[r, j] = total[r, j] * inv * g[j]
 """
+
+# The same kernels for outputs of stream_stores.STREAM_BYTES or more: the normalised row goes out by streaming
+# stores (stream_affine), each thread taking a contiguous share of the rows and fencing its stores at the end
+STREAM_ROWS = """\
+{jit}
+def {name}({args}, parts):
+    n, d = x.shape
+    of = out.reshape(-1)
+    src = {src}.reshape(-1)
+    zero = np.zeros(d, np.float32)
+    for p in prange(parts):
+        for r in range(p * n // parts, (p + 1) * n // parts):
+{sweep}\
+            stream_affine(src, r * d, g, {bias}, of, r * d, d, {shift}, inv)
+        stream_fence()
+"""
+LN_SWEEP = """\
+            k0 = x[r, 0]
+            s = np.float32(0.0)
+            q = np.float32(0.0)
+            for j in range(d):
+                t = x[r, j] - k0
+                s += t
+                q += t * t
+"""
+RMS_SWEEP = """\
+            q = np.float32(0.0)
+            for j in range(d):
+                q += x[r, j] * x[r, j]
+            inv = np.float32(1.0) / np.sqrt(q / np.float32(d) + eps)
+"""
+ADD_LN_SWEEP = """\
+            k0 = x[r, 0] + res[r, 0]
+            s = np.float32(0.0)
+            q = np.float32(0.0)
+            for j in range(d):
+                a = x[r, j] + res[r, j]
+                total[r, j] = a
+                t = a - k0
+                s += t
+                q += t * t
+"""
+ADD_RMS_SWEEP = """\
+            q = np.float32(0.0)
+            for j in range(d):
+                a = x[r, j] + res[r, j]
+                total[r, j] = a
+                q += a * a
+            inv = np.float32(1.0) / np.sqrt(q / np.float32(d) + eps)
+"""
+STATS_ROWS = "".join("    " + line + "\n" for line in SHIFTED_STATS.splitlines())
+# name: (arguments, the row the affine pass reads, its bias, its shift, the first sweep)
+STREAMED = {
+    "k_layernorm_stream": ("x, g, b, out, eps", "x", "b", "mean", LN_SWEEP + STATS_ROWS),
+    "k_rmsnorm_stream": ("x, g, out, eps", "x", "zero", "np.float32(0.0)", RMS_SWEEP),
+    "k_add_layernorm_stream": ("x, res, g, b, total, out, eps", "total", "b", "mean", ADD_LN_SWEEP + STATS_ROWS),
+    "k_add_rmsnorm_stream": ("x, res, g, total, out, eps", "total", "zero", "np.float32(0.0)", ADD_RMS_SWEEP),
+}
+
+
+def _kernel(ctx: NodeCtx, name: str, source: str, types: tuple, nbytes: int) -> tuple[str, str]:
+    """The kernel ``name``, or its streaming-store variant for an output of ``nbytes`` or more; (its name,
+    the extra argument the call ends with)."""
+    if not stream_stores.streams(nbytes):
+        return ctx.kernel(Kernel(name, source, types)), ""
+    stream_stores.use(ctx.parts)
+    args, src, bias, shift, sweep = STREAMED[f"{name}_stream"]
+    text = STREAM_ROWS.format(jit=JIT, name=f"{name}_stream", args=args, src=src, bias=bias, shift=shift, sweep=sweep)
+    return ctx.kernel(Kernel(f"{name}_stream", text, types + (I64,))), f", {THREADS}"
+
 
 BATCHNORM = """\
 {jit}
@@ -178,11 +250,13 @@ def render_layernorm(ctx: NodeCtx) -> None:
         _render_layernorm_mid(ctx, shape, axis)
         return
     d = shape[-1]
-    k = ctx.kernel(Kernel("k_layernorm", LAYERNORM.format(jit=JIT, stats=SHIFTED_STATS), (A2, A1, A1, A2, F32)))
+    k, parts = _kernel(ctx, "k_layernorm", LAYERNORM.format(jit=JIT, stats=SHIFTED_STATS), (A2, A1, A1, A2, F32),
+                       4 * prod(shape))
     g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(d)
     b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
     out = ctx.alloc(inplace=(0,))
-    ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {g}, {b}, {ctx.rows(out, shape)}, {f32_literal(ctx.attr('eps'))})")
+    ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {g}, {b}, {ctx.rows(out, shape)}, "
+             f"{f32_literal(ctx.attr('eps'))}{parts})")
 
 
 def _render_layernorm_mid(ctx: NodeCtx, shape: tuple[int, ...], axis: int) -> None:
@@ -211,10 +285,10 @@ def render_groupnorm(ctx: NodeCtx) -> None:
 
 def render_rmsnorm(ctx: NodeCtx) -> None:
     shape = ctx.in_shape()
-    k = ctx.kernel(Kernel("k_rmsnorm", RMSNORM.format(jit=JIT), (A2, A1, A2, F32)))
+    k, parts = _kernel(ctx, "k_rmsnorm", RMSNORM.format(jit=JIT), (A2, A1, A2, F32), 4 * prod(shape))
     g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(shape[-1])
     out = ctx.alloc(inplace=(0,))
-    ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {g}, {ctx.rows(out, shape)}, {f32_literal(ctx.attr('eps'))})")
+    ctx.emit(f"{k}({ctx.rows(ctx.args[0], shape)}, {g}, {ctx.rows(out, shape)}, {f32_literal(ctx.attr('eps'))}{parts})")
 
 
 def render_add_norm(ctx: NodeCtx) -> None:
@@ -228,12 +302,13 @@ def render_add_norm(ctx: NodeCtx) -> None:
     out = ctx.rows(ctx.alloc(1, inplace=(1,)), shape)
     if ctx.attr("kind", "layernorm") == "layernorm":
         src = ADD_LAYERNORM.format(jit=JIT, stats=SHIFTED_STATS)
-        k = ctx.kernel(Kernel("k_add_layernorm", src, (A2, A2, A1, A1, A2, A2, F32)))
+        k, parts = _kernel(ctx, "k_add_layernorm", src, (A2, A2, A1, A1, A2, A2, F32), 4 * prod(shape))
         b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
-        ctx.emit(f"{k}({x}, {r}, {g}, {b}, {total}, {out}, {eps})")
+        ctx.emit(f"{k}({x}, {r}, {g}, {b}, {total}, {out}, {eps}{parts})")
     else:
-        k = ctx.kernel(Kernel("k_add_rmsnorm", ADD_RMSNORM.format(jit=JIT), (A2, A2, A1, A2, A2, F32)))
-        ctx.emit(f"{k}({x}, {r}, {g}, {total}, {out}, {eps})")
+        src = ADD_RMSNORM.format(jit=JIT)
+        k, parts = _kernel(ctx, "k_add_rmsnorm", src, (A2, A2, A1, A2, A2, F32), 4 * prod(shape))
+        ctx.emit(f"{k}({x}, {r}, {g}, {total}, {out}, {eps}{parts})")
 
 
 def render_batchnorm(ctx: NodeCtx) -> None:
