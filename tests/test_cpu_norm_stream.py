@@ -43,7 +43,7 @@ def _rmsnorm(v: np.ndarray, g: np.ndarray) -> np.ndarray:
     return v / np.sqrt((v * v).mean(-1, keepdims=True) + EPS) * g
 
 
-def _module(cache, streaming: bool):
+def _module(cache):
     graph = run_passes(graph_from_source(GRAPH, {"N": N, "D": D}), ["fuse"])
     return compile_graph(graph, cache_dir=cache)
 
@@ -66,7 +66,7 @@ def _misaligned() -> np.ndarray:
 
 def test_streaming_kernels_match_numpy_on_every_split(cpu_cache, monkeypatch):
     monkeypatch.setattr(stream_stores, "STREAM_BYTES", 0)
-    module = _module(cpu_cache, True).module
+    module = _module(cpu_cache).module
     x, r, g, b = _data()
     for parts in range(1, 5):
         out = _misaligned()
@@ -87,9 +87,9 @@ def test_streaming_kernels_match_numpy_on_every_split(cpu_cache, monkeypatch):
 def test_graph_streams_only_large_outputs(cpu_cache, monkeypatch):
     """At the default threshold these small outputs keep plain stores; past it the driver calls the streaming
     kernels, and the whole graph still matches."""
-    assert "_stream(" not in _module(cpu_cache, False).source
+    assert "_stream(" not in _module(cpu_cache).source
     monkeypatch.setattr(stream_stores, "STREAM_BYTES", 0)
-    compiled = _module(cpu_cache, True)
+    compiled = _module(cpu_cache)
     for name in ("k_layernorm_stream(", "k_rmsnorm_stream(", "k_add_layernorm_stream(", "k_add_rmsnorm_stream("):
         assert name in compiled.source
     x, r, g, b = _data()
@@ -100,6 +100,7 @@ def test_graph_streams_only_large_outputs(cpu_cache, monkeypatch):
     assert_matches(got, want)
 
 
-@pytest.mark.parametrize("nbytes, streams", [(stream_stores.STREAM_BYTES - 4, False), (stream_stores.STREAM_BYTES, True)])
+@pytest.mark.parametrize("nbytes, streams", [(stream_stores.STREAM_BYTES - 4, False),
+                                             (stream_stores.STREAM_BYTES, True)])
 def test_the_threshold(nbytes, streams):
     assert stream_stores.streams(nbytes) is streams

@@ -59,8 +59,8 @@ def _stream_affine(typingctx, x, xo, g, b, out, oo, d, shift, scale):
         hint = builder.module.add_metadata([llvm_ir.Constant(i32, 1)])
         with cgutils.for_range(builder, lines) as loop:
             j = builder.add(lead, builder.mul(loop.index, llvm_ir.Constant(i64, 16)))
-            store = builder.store(value(vector_at, j, shift, scale), builder.bitcast(builder.gep(op, [builder.add(oo_, j)]),
-                                                                        vec.as_pointer()), align=64)
+            to = builder.bitcast(builder.gep(op, [builder.add(oo_, j)]), vec.as_pointer())
+            store = builder.store(value(vector_at, j, shift, scale), to, align=64)
             if streaming:
                 store.set_metadata("nontemporal", hint)
         done = builder.add(lead, builder.mul(lines, llvm_ir.Constant(i64, 16)))
