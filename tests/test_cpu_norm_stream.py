@@ -1,7 +1,8 @@
 """The norms' streaming-store kernels (stream_stores.py), which outputs of STREAM_BYTES or more take, against
 NumPy in float64: LayerNorm, RMSNorm and the fused add + norms, rows of 77 floats (so each row has plain
 stores before its first 64-byte line, whole lines by streaming stores, and plain ones after), outputs
-misaligned by one float, 1 to 4 threads, and in place."""
+misaligned by one float (the add + norms' sums as the norm, so streamed too, or not), 1 to 4 threads, and in
+place."""
 
 from __future__ import annotations
 
@@ -57,10 +58,10 @@ def _data():
     return x, r, g, b
 
 
-def _misaligned() -> np.ndarray:
-    """A [N, D] float32 array starting one float past a 64-byte boundary, filled with NaN."""
+def _misaligned(by: int = 1) -> np.ndarray:
+    """A [N, D] float32 array starting ``by`` floats past a 64-byte boundary, filled with NaN."""
     raw = np.full(N * D + 32, np.nan, np.float32)
-    skip = (-raw.ctypes.data // 4) % 16 + 1
+    skip = (-raw.ctypes.data // 4) % 16 + by
     return raw[skip:skip + N * D].reshape(N, D)
 
 
@@ -68,20 +69,30 @@ def test_streaming_kernels_match_numpy_on_every_split(cpu_cache, monkeypatch):
     monkeypatch.setattr(stream_stores, "STREAM_BYTES", 0)
     module = _module(cpu_cache).module
     x, r, g, b = _data()
-    for parts in range(1, 5):
+    for parts, by in zip(range(1, 5), (1, 3, 1, 0)):  # the sum aligned as the norm (streamed too), or not
         out = _misaligned()
         module.k_layernorm_stream(x, g, b, out, np.float32(EPS), parts)
         assert_matches({"ln": out}, {"ln": _layernorm(x, g, b)})
         module.k_rmsnorm_stream(x, g, out, np.float32(EPS), parts)
         assert_matches({"rms": out}, {"rms": _rmsnorm(x, g)})
-        total = _misaligned()
+        total = _misaligned(by)
         module.k_add_layernorm_stream(x, r, g, b, total, out, np.float32(EPS), parts)
         assert_matches({"s": total, "ln": out}, {"s": x.astype(np.float64) + r, "ln": _layernorm(x + r, g, b)})
         module.k_add_rmsnorm_stream(x, r, g, total, out, np.float32(EPS), parts)
         assert_matches({"s": total, "rms": out}, {"s": x.astype(np.float64) + r, "rms": _rmsnorm(x + r, g)})
-    inplace = x.copy()  # the output over its own input, as the schedule may place it
+    # outputs over their own inputs, as the schedule may place them (plain stores then)
+    inplace = x.copy()
     module.k_layernorm_stream(inplace, g, b, inplace, np.float32(EPS), 3)
     assert_matches({"ln": inplace}, {"ln": _layernorm(x, g, b)})
+    inplace = x.copy()
+    module.k_rmsnorm_stream(inplace, g, inplace, np.float32(EPS), 2)
+    assert_matches({"rms": inplace}, {"rms": _rmsnorm(x, g)})
+    xi, ri = x.copy(), r.copy()
+    module.k_add_layernorm_stream(xi, ri, g, b, xi, ri, np.float32(EPS), 3)
+    assert_matches({"s": xi, "ln": ri}, {"s": x.astype(np.float64) + r, "ln": _layernorm(x + r, g, b)})
+    xi, ri = x.copy(), r.copy()
+    module.k_add_rmsnorm_stream(xi, ri, g, xi, ri, np.float32(EPS), 2)
+    assert_matches({"s": xi, "rms": ri}, {"s": x.astype(np.float64) + r, "rms": _rmsnorm(x + r, g)})
 
 
 def test_graph_streams_only_large_outputs(cpu_cache, monkeypatch):
