@@ -28,11 +28,8 @@ SHIFTED_STATS = """\
         inv = np.float32(1.0) / np.sqrt(var + eps)
 """
 
-LAYERNORM = """\
-{jit}
-def k_layernorm(x, g, b, out, eps):
-    n, d = x.shape
-    for r in prange(n):
+# a row's shifted sums (LayerNorm's first sweep), here and in the streaming kernel
+LN_SUMS = """\
         k0 = x[r, 0]
         s = np.float32(0.0)
         q = np.float32(0.0)
@@ -40,6 +37,14 @@ def k_layernorm(x, g, b, out, eps):
             t = x[r, j] - k0
             s += t
             q += t * t
+"""
+
+LAYERNORM = """\
+{jit}
+def k_layernorm(x, g, b, out, eps):
+    n, d = x.shape
+    for r in prange(n):
+{sums}\
 {stats}\
         for j in range(d):
             out[r, j] = (x[r, j] - mean) * inv * g[j] + b[j]
@@ -118,15 +123,14 @@ def {name}({args}, parts):
                 {call}
         stream_fence()
 """
-LN_SWEEP = """\
-            k0 = x[r, 0]
-            s = np.float32(0.0)
-            q = np.float32(0.0)
-            for j in range(d):
-                t = x[r, j] - k0
-                s += t
-                q += t * t
-"""
+
+
+def _deeper(lines: str) -> str:
+    """Template lines one loop deeper (the streaming kernels' rows are inside a loop over a thread's share)."""
+    return "".join("    " + line + "\n" for line in lines.splitlines())
+
+
+LN_SWEEP = _deeper(LN_SUMS)
 RMS_SWEEP = """\
             q = np.float32(0.0)
             for j in range(d):
@@ -149,7 +153,7 @@ ADD_RMS_SWEEP = """\
                 q += a * a
             inv = np.float32(1.0) / np.sqrt(q / np.float32(d) + eps)
 """
-STATS_ROWS = "".join("    " + line + "\n" for line in SHIFTED_STATS.splitlines())
+STATS_ROWS = _deeper(SHIFTED_STATS)
 ADD_FLAT = "    rf = res.reshape(-1)\n    tf = total.reshape(-1)\n"
 LN_ROW = "out[r, j] = (x[r, j] - mean) * inv * g[j] + b[j]"
 ADD_ROW = "a = x[r, j] + res[r, j]; total[r, j] = a; "
@@ -270,8 +274,8 @@ def render_layernorm(ctx: NodeCtx) -> None:
         _render_layernorm_mid(ctx, shape, axis)
         return
     d = shape[-1]
-    k, parts = _kernel(ctx, "k_layernorm", LAYERNORM.format(jit=JIT, stats=SHIFTED_STATS), (A2, A1, A1, A2, F32),
-                       4 * prod(shape))
+    src = LAYERNORM.format(jit=JIT, sums=LN_SUMS, stats=SHIFTED_STATS)
+    k, parts = _kernel(ctx, "k_layernorm", src, (A2, A1, A1, A2, F32), 4 * prod(shape))
     g = ctx.weight("gain") if ctx.has_weight("gain") else _ones(d)
     b = ctx.weight("bias") if ctx.has_weight("bias") else _zeros(d)
     out = ctx.alloc(inplace=(0,))
