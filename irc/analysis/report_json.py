@@ -28,12 +28,13 @@ def _type(t) -> dict[str, Any]:
     return {"dtype": t.dtype, "shape": [d if isinstance(d, int) else str(d) for d in t.shape]}
 
 
-def _weight_keys(r: Row, a: Analysis) -> list[str]:
-    """The keys ``irc run --weights`` reads for this layer (``scope.name``), shared ones included."""
+def _weight_keys(r: Row, a: Analysis, types: dict) -> list[str]:
+    """The keys ``irc run --weights`` reads for this layer (``scope.name``), shared ones included; ``types``
+    the graph's value types (computed once for all the layers: a pass over the whole graph each)."""
     from irc.analysis.params import node_params
 
     node = a.graph.nodes[r.index]
-    params, buffers = node_params(node, a.graph.value_types())
+    params, buffers = node_params(node, types)
     return [f"{node.weights}.{k}" if node.weights else k for k in [*params, *buffers]]
 
 
@@ -44,7 +45,7 @@ def _time(a: Analysis, r: Row) -> dict[str, Any] | None:
     return {"time_s": t.time_s, "bound": t.bound or None, "compute_s": t.compute_s, "memory_s": t.memory_s}
 
 
-def _layer(r: Row, a: Analysis) -> dict[str, Any]:
+def _layer(r: Row, a: Analysis, types: dict) -> dict[str, Any]:
     return {
         "name": r.name,
         "op": r.op,
@@ -57,7 +58,7 @@ def _layer(r: Row, a: Analysis) -> dict[str, Any]:
         "buffers": r.buffers,
         "shared_weights": r.shared,
         "weights": r.weights,
-        "weight_keys": _weight_keys(r, a),
+        "weight_keys": _weight_keys(r, a, types),
         "macs_forward": r.cost.macs,
         "flops_forward": r.cost.total,
         "flops_forward_by_kind": dict(sorted(r.cost.flops.items())),
@@ -74,6 +75,7 @@ def _layer(r: Row, a: Analysis) -> dict[str, Any]:
 
 
 def analysis_to_json(a: Analysis, file: str) -> dict[str, Any]:
+    types = a.graph.value_types()
     return {
         "irc_analysis_version": ANALYSIS_JSON_VERSION,
         "model": a.graph.name,
@@ -97,5 +99,5 @@ def analysis_to_json(a: Analysis, file: str) -> dict[str, Any]:
         ],
         "training": a.training,
         "performance": a.performance,
-        "layers": [_layer(r, a) for r in a.rows],
+        "layers": [_layer(r, a, types) for r in a.rows],
     }
