@@ -7,7 +7,7 @@ accumulators) the other way round from the convolutions: the 6 rows are rows of 
 strips [K, 6] (``gemm_rows6``, a copy of x), and the 64 columns come from a panel of the weight's
 transpose, [K, 64], laid out once per weights dict (``gemm_panels64``, a derived weight), so every step
 of K reads 256 contiguous bytes. K goes in blocks of ``KC`` steps, a block's slice of a panel (32 KB)
-staying in L1 while the strips pass over it, within blocks of at least ``KB_MIN`` steps whose slice of
+staying in L1 while the strips pass over it, within blocks of K whose slice of all
 the strips stays in L2. While a slice of the panels is in use the next one is prefetched into L2, a
 share after each block: without it the first strip pulled each slice from memory in one burst
 (1.05-1.10x on GPT-2's shapes with the weights cold).
@@ -35,7 +35,6 @@ from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.mathfns import DEVICE_JIT
 
 KC = 128  # steps of K a block: its slice of a panel, 128 x 64 floats (32 KB), stays in L1 (48 KB a core here)
-KB_MIN = 384  # steps of K a block at least: an output block's sums go to and from memory once a block
 L2_ROWS = 1 << 20  # bytes of x's packed strips kept in L2 (2 MiB a core here) while the panels stream past
 ROWS_MAX = 128  # above this many rows of x BLAS was as fast (256 rows: 0.97-1.09x), and it keeps them
 
@@ -104,10 +103,9 @@ def {name}(x, wp, b, out, parts):
     ap = np.empty(strips * 6 * k, np.float32)
     for p in prange(parts):
         gemm_rows6(x, p * strips // parts, (p + 1) * strips // parts, ap, 0)
-    # blocks of K of at least {kb_min} steps (each output block's sums are loaded and stored once a block of K),
-    # whole blocks of {kc}, as long as fits with all the strips in L2; the strips in blocks whose slice fits
-    kb = min(k, max({kb_min}, {l2_rows} // (24 * max(1, full)) // {kc} * {kc}))
-    mb = max(1, {l2_rows} // (24 * kb))
+    # blocks of K whose slice of all the strips fits L2 (at most ROWS_MAX rows: 2048 steps or more), in whole
+    # blocks of {kc}
+    kb = min(k, max({kc}, {l2_rows} // (24 * max(1, full)) // {kc} * {kc}))
     by_rows = panels < parts
     for p in prange(parts):
         t0 = p * full // parts if by_rows else 0
@@ -115,33 +113,31 @@ def {name}(x, wp, b, out, parts):
         q0 = 0 if by_rows else p * wide // parts
         q1 = wide if by_rows else (p + 1) * wide // parts
         if t1 > t0 and q1 > q0:
-            for m0 in range(t0, t1, mb):
-                m1 = min(t1, m0 + mb)
-                for k0 in range(0, k, kb):
-                    k2 = min(k, k0 + kb)
-                    for q in range(q0, q1):
-                        # the next step's slice of the panels goes to L2 a share after each block, so that it is not
-                        # pulled from memory in one burst by the first strip
-                        nq = q + 1 if q + 1 < q1 else q0
-                        nk = k0 if q + 1 < q1 else (k2 if k2 < k else 0)
-                        ahead = 0 if q + 1 == q1 and k2 >= k and m1 >= t1 else (min(k, nk + kb) - nk) * 64
-                        blocks = (k2 - k0 + {kc} - 1) // {kc} * (m1 - m0)
-                        share = (ahead + blocks - 1) // blocks
-                        at = (nq * k + nk) * 64
-                        done = 0
-                        for k1 in range(k0, k2, {kc}):
-                            for s in range(m0, m1):
-                                gemm_strips(ap, k1 * 6, k, s, s + 1, min({kc}, k - k1), wp, (q * k + k1) * 64, 64, 64,
-                                            of, s * 6 * n + q * 64, n, k1 > 0)
-                                if done < ahead:
-                                    prefetch_l2(wp, at + done, min(share, ahead - done))
-                                    done += share
-                        if k2 >= k:
-                            for i in range(m0 * 6, m1 * 6):
-                                row = out[U(i)]
-                                for j in range(q * 64, q * 64 + 64):
-                                    v = row[U(j)] + b[U(j)]
-                                    row[U(j)] = {expr}
+            for k0 in range(0, k, kb):
+                k2 = min(k, k0 + kb)
+                for q in range(q0, q1):
+                    # the next step's slice of the panels goes to L2 a share after each block, so that it is not
+                    # pulled from memory in one burst by the first strip
+                    nq = q + 1 if q + 1 < q1 else q0
+                    nk = k0 if q + 1 < q1 else (k2 if k2 < k else 0)
+                    ahead = 0 if q + 1 == q1 and k2 >= k else (min(k, nk + kb) - nk) * 64
+                    blocks = (k2 - k0 + {kc} - 1) // {kc} * (t1 - t0)
+                    share = (ahead + blocks - 1) // blocks
+                    at = (nq * k + nk) * 64
+                    done = 0
+                    for k1 in range(k0, k2, {kc}):
+                        for s in range(t0, t1):
+                            gemm_strips(ap, k1 * 6, k, s, s + 1, min({kc}, k - k1), wp, (q * k + k1) * 64, 64, 64,
+                                        of, s * 6 * n + q * 64, n, k1 > 0)
+                            if done < ahead:
+                                prefetch_l2(wp, at + done, min(share, ahead - done))
+                                done += share
+                    if k2 >= k:
+                        for i in range(t0 * 6, t1 * 6):
+                            row = out[U(i)]
+                            for j in range(q * 64, q * 64 + 64):
+                                v = row[U(j)] + b[U(j)]
+                                row[U(j)] = {expr}
     # the partial last strip (every panel) and the partial last panel (every strip), through a scratch block
     edges = (strips - full) * panels + (panels - wide) * full
     for p in prange(parts):
@@ -171,7 +167,7 @@ def panels_kernel(ctx: NodeCtx, act_name: str) -> str:
     gemm_packed.use(ctx.parts)
     ctx.parts.device("gemm_rows6", ROWS6)
     ctx.parts.device("prefetch_l2", PREFETCH_L2)
-    src = KERNEL.format(jit=jit(), name=name, expr=expr, kc=KC, kb_min=KB_MIN, l2_rows=L2_ROWS)
+    src = KERNEL.format(jit=jit(), name=name, expr=expr, kc=KC, l2_rows=L2_ROWS)
     return ctx.kernel(Kernel(name, src, (A2, A1, A1, A2, I64)))
 
 
