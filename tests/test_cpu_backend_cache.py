@@ -113,7 +113,7 @@ def test_progress_is_reported_per_kernel(tmp_path):
     graph, _, _ = tiny_case()
     seen: list[tuple[int, int, str]] = []
     compile_graph(graph, cache_dir=tmp_path, progress=lambda done, total, what: seen.append((done, total, what)))
-    assert seen == [(0, 2, "k_gemm_none"), (1, 2, "k_relu"), (2, 2, "done")]
+    assert seen == [(0, 2, "k_gemm_stream3_none"), (1, 2, "k_relu"), (2, 2, "done")]  # 3 rows: gemm_stream.py
 
 
 def test_ir_from_text_and_from_arch_share_an_entry(tmp_path):

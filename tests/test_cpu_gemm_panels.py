@@ -55,7 +55,7 @@ def test_panel_gemm_every_split_matches_numpy(shape, act, cpu_cache):
     compiled, x, w, b, want = _case(m, n, k, act, cpu_cache)
     module = compiled.module
     kernel = getattr(module, f"k_gemm_panels_{act}")
-    wp = module.gemm_panels64(w)
+    wp = module.gemm_panels(w, 64)
     first = None
     for parts in range(1, 6):
         out = np.full((m, n), np.nan, np.float32)
@@ -69,11 +69,11 @@ def test_panel_gemm_every_split_matches_numpy(shape, act, cpu_cache):
 
 def test_panel_gemm_through_the_driver_and_its_limits(cpu_cache):
     """The driver derives the panels once per weights dict and calls the panel kernel; past ROWS_MAX rows and
-    at SMALL_M rows or fewer the product keeps BLAS and dot_nt."""
+    at one row the product keeps BLAS and dot_nt (2 to SMALL_M rows stream, test_cpu_gemm_stream.py)."""
     compiled, x, w, b, want = _case(70, 130, 50, "relu", cpu_cache)
-    assert "k_gemm_panels_relu(" in compiled.source and "gemm_panels64(weights['fc.weight'])" in compiled.source
+    assert "k_gemm_panels_relu(" in compiled.source and "gemm_panels(weights['fc.weight'], 64)" in compiled.source
     assert_matches(compiled.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})
-    for rows in (16, gemm_panels.ROWS_MAX + 1):
+    for rows in (1, gemm_panels.ROWS_MAX + 1):
         big, x, w, b, want = _case(rows, 64, 8, "none", cpu_cache)
         assert "k_gemm_panels" not in big.source and "k_gemm_none(" in big.source
         assert_matches(big.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})

@@ -12,7 +12,7 @@ from math import prod
 
 from irc.backends.common.kernel import A1, A2, I64, Kernel, ModuleParts
 from irc.backends.cpu.jit import FASTMATH, jit
-from irc.backends.cpu.render import gemm_panels
+from irc.backends.cpu.render import gemm_panels, gemm_stream
 from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.conv_blas import sgemm
@@ -270,9 +270,13 @@ def gemm_call(ctx: NodeCtx, x: str, in_shape: tuple[int, ...], w: str, b: str, a
               out: str | None = None, out_shape: tuple[int, ...] | None = None, w_key: str | None = None) -> str:
     """Call the gemm kernel on [rows, features] views; allocates the node's result unless ``out``. A weight
     known at load (``w_key``) runs on its packed panels (:mod:`.gemm_panels`) at the sizes where they win."""
-    if w_key is not None and gemm_panels.applies(prod(in_shape[:-1]), SMALL_M):
+    rows = prod(in_shape[:-1])
+    if w_key is not None and gemm_panels.applies(rows, SMALL_M):
         k = gemm_panels.panels_kernel(ctx, act_name)
         w = gemm_panels.panels_weight(ctx, w_key)
+    elif w_key is not None and gemm_stream.applies(rows, SMALL_M):
+        k = gemm_stream.stream_kernel(ctx, rows, act_name)
+        w = gemm_stream.stream_weight(ctx, w_key, rows)
     else:
         k = gemm_kernel(ctx, act_name)
     if out is None:

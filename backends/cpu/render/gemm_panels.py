@@ -5,7 +5,7 @@ the weight again on every call: at 20-64 rows of x that packing is a pass over t
 use of it. This kernel runs the register blocks of :mod:`.gemm_packed` (6 rows x 64 columns of
 accumulators) the other way round from the convolutions: the 6 rows are rows of x, packed per call into
 strips [K, 6] (``gemm_rows6``, a copy of x), and the 64 columns come from a panel of the weight's
-transpose, [K, 64], laid out once per weights dict (``gemm_panels64``, a derived weight), so every step
+transpose, [K, 64], laid out once per weights dict (``gemm_panels``, a derived weight), so every step
 of K reads 256 contiguous bytes. K goes in blocks of ``KC`` steps, a block's slice of a panel (32 KB)
 staying in L1 while the strips pass over it, within blocks of K whose slice of all
 the strips stays in L2. While a slice of the panels is in use the next one is prefetched into L2, a
@@ -38,14 +38,15 @@ KC = 128  # steps of K a block: its slice of a panel, 128 x 64 floats (32 KB), s
 L2_ROWS = 1 << 20  # bytes of x's packed strips kept in L2 (2 MiB a core here) while the panels stream past
 ROWS_MAX = 128  # above this many rows of x BLAS was as fast (256 rows: 0.97-1.09x), and it keeps them
 
-PANELS64 = '''\
-def gemm_panels64(w):
-    """``w`` [n, k] as the panels of w.T: [ceil(n / 64), k, 64], flat, the last panel's missing columns zeros."""
+PANELS = '''\
+def gemm_panels(w, width):
+    """``w`` [n, k] as the panels of w.T: [ceil(n / width), k, width], flat, the last panel's missing columns
+    zeros."""
     n, k = w.shape
-    panels = (n + 63) // 64
-    p = np.zeros((panels * 64, k), np.float32)
+    panels = (n + width - 1) // width
+    p = np.zeros((panels * width, k), np.float32)
     p[:n] = w
-    return np.ascontiguousarray(p.reshape(panels, 64, k).transpose(0, 2, 1)).reshape(-1)
+    return np.ascontiguousarray(p.reshape(panels, width, k).transpose(0, 2, 1)).reshape(-1)
 '''
 
 ROWS6 = f'''\
@@ -91,7 +92,7 @@ prefetch_l2 = intrinsic(_prefetch_l2)
 KERNEL = """\
 {jit}
 def {name}(x, wp, b, out, parts):
-    # out = act(x @ w.T + b), wp = gemm_panels64(w)
+    # out = act(x @ w.T + b), wp = gemm_panels(w, 64)
     m, k = x.shape
     n = out.shape[1]
     of = out.reshape(-1)
@@ -171,7 +172,7 @@ def panels_kernel(ctx: NodeCtx, act_name: str) -> str:
     return ctx.kernel(Kernel(name, src, (A2, A1, A1, A2, I64)))
 
 
-def panels_weight(ctx: NodeCtx, key: str) -> str:
-    """The weight ``key`` packed by gemm_panels64, derived once per weights dict."""
-    ctx.parts.helper("gemm_panels64", PANELS64)
-    return ctx.derive(f"~gemm_panels64({key})", f"gemm_panels64({ctx.weight('', key=key)})")
+def panels_weight(ctx: NodeCtx, key: str, width: int = 64) -> str:
+    """The weight ``key`` packed by gemm_panels in panels ``width`` columns wide, derived once per weights dict."""
+    ctx.parts.helper("gemm_panels", PANELS)
+    return ctx.derive(f"~gemm_panels{width}({key})", f"gemm_panels({ctx.weight('', key=key)}, {width})")

@@ -170,11 +170,12 @@ def simd_qk(name, keys, width):
 '''
 
 SIMD_PV = '''\
-def simd_pv(name, rows, width, fresh=False, ahead=0):
+def simd_pv(name, rows, width, fresh=False, ahead=0, stream=0):
     \"\"\"The value block acc[ao + r·lda + c] += Σ_j p[po + j·ldp + r] · v[vo + j·ldv + c] for
     r < ``rows`` queries, c < ``width`` columns, j < depth (>= 1) keys: the columns in as many
     passes as the registers need (one on AVX-512). ``fresh``: acc = the sum (acc is not read).
-    ``ahead``: each step prefetches p that many steps on (a weight streamed from memory).\"\"\"
+    ``ahead``: each step prefetches p that many steps on (a weight streamed from memory);
+    ``stream``: each step prefetches v's vectors that many steps on (v the streamed weight).\"\"\"
     def typer(typingctx, p, po, ldp, v, vo, ldv, acc, ao, lda, depth):
         def codegen(context, builder, sig, args):
             i64 = llvm_ir.IntType(64)
@@ -191,6 +192,10 @@ def simd_pv(name, rows, width, fresh=False, ahead=0):
                 def step(j, accs, cols=cols):
                     at = builder.add(vo_, builder.mul(j, ldv_))
                     vv = [vec_load(builder, lanes, v_, builder.add(at, llvm_ir.Constant(i64, lanes * c))) for c in cols]
+                    if stream:
+                        on = builder.add(at, builder.mul(llvm_ir.Constant(i64, stream), ldv_))
+                        for c in cols:
+                            vec_prefetch(builder, v_, builder.add(on, llvm_ir.Constant(i64, lanes * c)))
                     pj = builder.add(po_, builder.mul(j, ldp_))
                     if ahead:
                         vec_prefetch(builder, p_, builder.add(pj, builder.mul(llvm_ir.Constant(i64, ahead), ldp_)))
@@ -293,3 +298,13 @@ def use(parts: ModuleParts) -> None:
     mathfns.use(parts, "f32_from_bits")
     for name, source in SOURCES.items():
         parts.device(name, source)
+
+
+def use_pv(parts: ModuleParts, name: str, rows: int, width: int, **options: object) -> str:
+    """Put one value block ``name`` (simd_pv of ``rows`` × ``width``, with ``options``) and what it is built from
+    into the module; its name."""
+    for part in ("vec_ptr", "vec_shape", "vec_load", "vec_store", "vec_splat", "vec_fma", "vec_prefetch", "vec_loop",
+                 "simd_pv"):
+        parts.device(part, SOURCES[part])
+    args = "".join(f", {k}={v!r}" for k, v in options.items())
+    return parts.device(name, f'{name} = simd_pv("{name}", {rows}, {width}{args})\n')
