@@ -15,9 +15,13 @@ share after each block: without it the first strip pulled each slice from memory
 Measured against the BLAS kernel, both called in turn on 2 threads, weights cold (16 copies in turn),
 median GFLOP/s: 20x768x768 131 against 96 (1.36x; 1.70x with the weight hot), 64x2304x768 177/174
 (1.09x hot); at GPT-2's 256 rows 0.97-1.09x, and 0.86-0.88x at 1024 rows. In GPT-2 at T = 256 the
-model's GEMMs ran at 253 GFLOP/s either way. So only products of at most ``ROWS_MAX`` rows run here
-(and more than SMALL_M: fewer are GEMV-like, dot_nt's), since the panels are an extra copy of the
-weight (the memory guard's ``BACKEND_WEIGHT_COPIES``).
+model's GEMMs ran at 253 GFLOP/s either way. With the weights cold from memory, as in a model too big for
+the caches (100 copies in turn), 256 rows still gain where the weight is small: 256x768x768 1.13x (238
+against 211 GFLOP/s; GPT-2's Q, K, V and output projections), 256x512x512 1.13x, 256x1024x1024 1.03x,
+while 256x3072x768 (0.96x), 256x768x3072 (0.94x) and 512 rows (1.00x) do not. So products of at most
+``ROWS_MAX`` rows run here, or at most ``SMALL_WEIGHT_ROWS_MAX`` with a weight of at most ``SMALL_WEIGHT``
+elements (and more than SMALL_M: fewer are GEMV-like, gemm_stream's), since the panels are an extra copy of
+the weight (the memory guard's ``BACKEND_WEIGHT_COPIES``).
 
 Threads split the panels (each packs all of x), or the rows when there are fewer panels than threads.
 The last strip's rows past m and the last panel's columns past n go through a 6x64 scratch block. Every
@@ -37,6 +41,8 @@ from irc.backends.cpu.render.mathfns import DEVICE_JIT
 KC = 128  # steps of K a block: its slice of a panel, 128 x 64 floats (32 KB), stays in L1 (48 KB a core here)
 L2_ROWS = 1 << 20  # bytes of x's packed strips kept in L2 (2 MiB a core here) while the panels stream past
 ROWS_MAX = 128  # above this many rows of x BLAS was as fast (256 rows: 0.97-1.09x), and it keeps them
+SMALL_WEIGHT_ROWS_MAX = 256  # ... but for weights of at most SMALL_WEIGHT elements, cold (see above)
+SMALL_WEIGHT = 1 << 20
 
 PANELS = '''\
 def gemm_panels(w, width):
@@ -104,7 +110,7 @@ def {name}(x, wp, b, out, parts):
     ap = np.empty(strips * 6 * k, np.float32)
     for p in prange(parts):
         gemm_rows6(x, p * strips // parts, (p + 1) * strips // parts, ap, 0)
-    # blocks of K whose slice of all the strips fits L2 (at most ROWS_MAX rows: 2048 steps or more), in whole
+    # blocks of K whose slice of all the strips fits L2 (at most 256 rows: 1024 steps or more), in whole
     # blocks of {kc}
     kb = min(k, max({kc}, {l2_rows} // (24 * max(1, full)) // {kc} * {kc}))
     by_rows = panels < parts
@@ -156,9 +162,10 @@ def {name}(x, wp, b, out, parts):
 """
 
 
-def applies(rows: int, small_m: int) -> bool:
-    """Whether a product of ``rows`` rows of x runs here (GEMV-like ones keep dot_nt, big ones BLAS)."""
-    return small_m < rows <= ROWS_MAX
+def applies(rows: int, small_m: int, weight_size: int) -> bool:
+    """Whether a product of ``rows`` rows of x and a weight of ``weight_size`` elements runs here (GEMV-like
+    ones stream, big ones keep BLAS)."""
+    return small_m < rows and (rows <= ROWS_MAX or (rows <= SMALL_WEIGHT_ROWS_MAX and weight_size <= SMALL_WEIGHT))
 
 
 def panels_kernel(ctx: NodeCtx, act_name: str) -> str:
