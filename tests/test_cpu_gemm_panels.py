@@ -33,15 +33,29 @@ def _gelu_tanh(v: np.ndarray) -> np.ndarray:
 ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0), "gelu_tanh": _gelu_tanh}
 
 
-def _case(m: int, n: int, k: int, act: str, cache):
+def gemm_case(m: int, n: int, k: int, act: str, cache, seed: int = 5):
+    """(compiled graph, x, w, b, the float64 NumPy result) of one dense layer with its weights as params."""
     graph = PASSES["shape-infer"](parse_ir(GEMM.format(m=m, n=n, k=k, act=act)))
     compiled = compile_graph(graph, cache_dir=cache)
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     want = ACTS[act](x.astype(np.float64) @ w.T.astype(np.float64) + b)
     return compiled, x, w, b, want
+
+
+def assert_every_split_matches(kernel, x: np.ndarray, wp: np.ndarray, b: np.ndarray, want: np.ndarray) -> None:
+    """``kernel(x, wp, b, out, parts)`` matches ``want`` on 1 to 5 threads, with the same bits on each."""
+    first = None
+    for parts in range(1, 6):
+        out = np.full(want.shape, np.nan, np.float32)
+        kernel(x, wp, b, out, parts)
+        assert_matches({"y": out}, {"y": want})
+        if first is None:
+            first = out
+        else:  # every output is one chain of FMAs in K order, whoever computes it
+            assert np.array_equal(out, first), f"{parts} threads changed the bits"
 
 
 # (m, n, k): 17 rows (the first past gemm_stream's SMALL_M) with 7 panels, the last of 60 columns; 21 whole strips
@@ -52,26 +66,18 @@ def _case(m: int, n: int, k: int, act: str, cache):
 @pytest.mark.parametrize("act", ["none", "relu", "gelu_tanh"])
 def test_panel_gemm_every_split_matches_numpy(shape, act, cpu_cache):
     m, n, k = shape
-    compiled, x, w, b, want = _case(m, n, k, act, cpu_cache)
+    compiled, x, w, b, want = gemm_case(m, n, k, act, cpu_cache)
     module = compiled.module
     kernel = getattr(module, f"k_gemm_panels_{act}")
     wp = module.gemm_panels(w, 64)
-    first = None
-    for parts in range(1, 6):
-        out = np.full((m, n), np.nan, np.float32)
-        kernel(x, wp, b, out, parts)
-        assert_matches({"y": out}, {"y": want})
-        if first is None:
-            first = out
-        else:  # every output is one chain of FMAs in K order, whoever computes it
-            assert np.array_equal(out, first), f"{parts} threads changed the bits"
+    assert_every_split_matches(kernel, x, wp, b, want)
 
 
 def test_panel_gemm_through_the_driver_and_its_limits(cpu_cache):
     """The driver derives the panels once per weights dict and calls the panel kernel; at one row the product
     keeps BLAS and dot_nt (2 to SMALL_M rows stream, test_cpu_gemm_stream.py); past ROWS_MAX rows only a weight
     of at most SMALL_WEIGHT elements keeps the panels, up to SMALL_WEIGHT_ROWS_MAX rows."""
-    compiled, x, w, b, want = _case(70, 130, 50, "relu", cpu_cache)
+    compiled, x, w, b, want = gemm_case(70, 130, 50, "relu", cpu_cache)
     assert "k_gemm_panels_relu(" in compiled.source and "gemm_panels(weights['fc.weight'], 64)" in compiled.source
     assert_matches(compiled.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})
     big_weight = gemm_panels.SMALL_WEIGHT // 64 + 1  # rows of a weight of 64 columns just past SMALL_WEIGHT
@@ -83,5 +89,5 @@ def test_panel_gemm_through_the_driver_and_its_limits(cpu_cache):
         source = compile_graph(graph, cache_dir=cpu_cache).source
         assert ("k_gemm_panels_none(" in source) == panels, (rows, n)
         assert ("k_gemm_none(" in source) != panels, (rows, n)
-    big, x, w, b, want = _case(gemm_panels.SMALL_WEIGHT_ROWS_MAX + 1, 64, 8, "none", cpu_cache)
+    big, x, w, b, want = gemm_case(gemm_panels.SMALL_WEIGHT_ROWS_MAX + 1, 64, 8, "none", cpu_cache)
     assert_matches(big.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})

@@ -5,29 +5,14 @@ bits, and the driver's choice of kernel at 1, 2, SMALL_M and SMALL_M + 1 rows.""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from test_cpu_backend_helpers import assert_matches, cpu_cache
-from test_cpu_gemm_panels import ACTS, GEMM
+from test_cpu_gemm_panels import assert_every_split_matches, gemm_case
 
-from irc.backends.cpu import compile_graph
 from irc.backends.cpu.render import gemm_stream
 from irc.backends.cpu.render.gemm import SMALL_M
-from irc.ir_parser import parse_ir
-from irc.passes import PASSES
 
 _ = cpu_cache
-
-
-def _case(m: int, n: int, k: int, act: str, cache):
-    graph = PASSES["shape-infer"](parse_ir(GEMM.format(m=m, n=n, k=k, act=act)))
-    compiled = compile_graph(graph, cache_dir=cache)
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32)
-    want = ACTS[act](x.astype(np.float64) @ w.T.astype(np.float64) + b)
-    return compiled, x, w, b, want
 
 
 def test_panel_width_keeps_the_block_in_registers():
@@ -40,19 +25,11 @@ def test_panel_width_keeps_the_block_in_registers():
 @pytest.mark.parametrize("act", ["none", "relu", "gelu_tanh"])
 def test_stream_gemm_every_split_matches_numpy(shape, act, cpu_cache):
     m, n, k = shape
-    compiled, x, w, b, want = _case(m, n, k, act, cpu_cache)
+    compiled, x, w, b, want = gemm_case(m, n, k, act, cpu_cache, seed=11)
     module = compiled.module
     kernel = getattr(module, f"k_gemm_stream{m}_{act}")
     wp = module.gemm_panels(w, gemm_stream.width(m))
-    first = None
-    for parts in range(1, 6):
-        out = np.full((m, n), np.nan, np.float32)
-        kernel(x, wp, b, out, parts)
-        assert_matches({"y": out}, {"y": want})
-        if first is None:
-            first = out
-        else:  # every output is one chain of FMAs in K order, whoever computes it
-            assert np.array_equal(out, first), f"{parts} threads changed the bits"
+    assert_every_split_matches(kernel, x, wp, b, want)
 
 
 @pytest.mark.parametrize(("rows", "kernel"), [(1, "k_gemm_relu("), (2, "k_gemm_stream2_relu("),
@@ -61,7 +38,7 @@ def test_stream_gemm_every_split_matches_numpy(shape, act, cpu_cache):
 def test_driver_picks_the_stream_kernel_between_one_row_and_small_m(rows, kernel, cpu_cache):
     """The driver derives the panels once per weights dict at the width the rows need; one row keeps dot_nt
     (no second copy of the weight), more than SMALL_M rows the 64-column panel kernel."""
-    compiled, x, w, b, want = _case(rows, 130, 50, "relu", cpu_cache)
+    compiled, x, w, b, want = gemm_case(rows, 130, 50, "relu", cpu_cache, seed=11)
     assert kernel in compiled.source
     if gemm_stream.applies(rows, SMALL_M):
         assert f"gemm_panels(weights['fc.weight'], {gemm_stream.width(rows)})" in compiled.source
