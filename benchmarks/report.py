@@ -108,6 +108,15 @@ def models(rows: Rows, agreement: dict[str, dict[str, float]]) -> tuple[str, lis
             targets.append((f"{item}: vs torch eager (speed-up)", vs_torch, 1.3, None))
     text = table(["forward pass", "irc ms", "torch eager ms", "vs torch", "ONNX Runtime ms", "vs ORT",
                   "max |irc − torch| / max |torch|", "… vs ORT"], body)
+    steps = list(dict.fromkeys(r["item"] for r in rows if r["case"] == "lstm-step"))
+    for item in steps:
+        step, bound = _val(rows, "lstm-step", item, "irc"), _val(rows, "lstm-step", item, "bound")
+        note = (_get(rows, "lstm-step", item, "irc") or {}).get("note", "")
+        whh = 4 * 650 * 650 * 4
+        text += (f"\n\n{item}, one LSTM layer alone ({note}): {_f(step)} µs a step, its input product and gates "
+                 f"included (W_hh, 6.8 MB of fp32, read at {_f(step and whh / step / 1e3)} GB/s). The step's "
+                 f"product alone, h times W_hh with W_hh hot in the caches, by NumPy's 2-thread BLAS: "
+                 f"{_f(bound)} µs, {_f(_ratio(bound, step), '{:.2f}')}× irc's whole step.")
     return text, targets
 
 

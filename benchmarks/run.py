@@ -9,7 +9,8 @@ copy, PyTorch and NumPy; fused add+norm vs the unfused pair), attention (8 heads
 T 1,024 and 4,096, causal and not: GFLOP/s vs sgemm, PyTorch SDPA and NumPy; peak memory),
 gemms (every GEMM shape of the three models, irc vs NumPy's
 2-thread sgemm), models (GPT-2 small, the LSTM LM, ResNet-18 forward passes at B = 1 and 8, and GPT-2 at
-B = 8, T = 1, vs PyTorch eager and ONNX Runtime on the same weights and threads),
+B = 8, T = 1, vs PyTorch eager and ONNX Runtime on the same weights and threads; and the LSTM's time a step against
+reading W_hh once),
 compile (cold and cached) and decode (irc generate's KV-cache decoding on the CPU backend and
 the numpy reference vs Hugging Face generate, GPT-2 small and a 2-layer Llama at B = 1 and 8:
 benchmarks/suite_decode.py). Times are the best of several calls.

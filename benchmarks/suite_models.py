@@ -68,7 +68,41 @@ def peer_irc(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]
     out = compiled.run(weights, inputs)["logits"]
     np.save(out_dir / f"{file_stem(model)}-irc.npy", out)
     seconds = best_of(lambda: compiled.run(weights, inputs), repeats)
-    return [_row(model, "irc", seconds, "fused graph (fuse, fold-bn), Numba CPU backend")]
+    rows = [_row(model, "irc", seconds, "fused graph (fuse, fold-bn), Numba CPU backend")]
+    if MODELS[model][2] == "lstm_lm":
+        rows += lstm_step(model, quick, repeats)
+    return rows
+
+
+def lstm_step(model: str, quick: bool, repeats: int) -> list[dict]:
+    """The LSTM's time a step against reading W_hh once: one 650-unit layer alone (input product, gates and
+    all, divided by T), and NumPy's 2-thread product of the step's h by W_hh, hot in the caches (a step can do
+    no less than read W_hh once; what BLAS takes to do just that)."""
+    import tempfile
+
+    from irc.backends.cpu import compile_graph
+    from irc.pipeline import load_graph
+    from irc.runtime.init import init_weights
+    from irc.runtime.inputs import random_inputs
+
+    binds = _binds(model, quick)
+    hidden = 650
+    text = (f"model lstm_step(B, T) {{\n  input x: f32[B, T, {hidden}]\n  seq, h, c = lstm(x, {hidden})\n"
+            f"  output y = seq\n}}\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lstm_step.arch"
+        path.write_text(text)
+        graph = load_graph(path, {"B": binds["B"], "T": binds["T"]})
+    weights, inputs = init_weights(graph, 0), random_inputs(graph, 0, {})
+    compiled = compile_graph(graph)
+    layer = best_of(lambda: compiled.run(weights, inputs), repeats)
+    h = np.random.default_rng(0).standard_normal((binds["B"], hidden), dtype=np.float32)
+    whh = np.random.default_rng(1).standard_normal((4 * hidden, hidden), dtype=np.float32)
+    out = np.empty((binds["B"], 4 * hidden), np.float32)
+    bound = best_of(lambda: np.matmul(h, whh.T, out=out), repeats, min_seconds=0.2)
+    note = f"{hidden} units, B = {binds['B']}, T = {binds['T']}"
+    return [{"case": "lstm-step", "item": model, "peer": peer, "seconds": sec, "value": sec * 1e6, "unit": "us",
+             "note": note} for peer, sec in (("irc", layer / binds["T"]), ("bound", bound))]
 
 
 def _torch_net(model: str, quick: bool):
