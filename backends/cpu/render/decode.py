@@ -37,6 +37,7 @@ from irc.backends.cpu.render.decode_common import (
     stacked,
     stacked_bias,
 )
+from irc.backends.cpu.render.gemm import use_dot_nt
 from irc.backends.literals import f32_literal, float_literal, int_literal, shape_literal
 from irc.ops.attention import head_dim, rope_theta, score_scale
 
@@ -278,6 +279,7 @@ def render_cached_attention(ctx: NodeCtx) -> None:
     window = a.get("window")
     has_bias = len(ctx.args) > 5
     ctx.parts.device(*attend_source(window is not None, has_bias))
+    use_dot_nt(ctx.parts)
     k = ctx.kernel(cached_kernel(bool(a.get("rope")), window is not None, has_bias))
     helper = ctx.helper("bad_position", BAD_POSITION)
     w = stacked(ctx, ("wq", "wk", "wv"), "qkv")
@@ -316,6 +318,7 @@ def render_cross_kv(ctx: NodeCtx) -> None:
     if ctx.attr("dtype", "f32") != "f32":
         raise ctx.error("stores keys and values in f16: the CPU backend keeps them in f32 only "
                         "(run an f16 cache on the numpy reference)")
+    use_dot_nt(ctx.parts)
     k = ctx.kernel(Kernel("k_cross_kv", CROSS_KV.format(jit=JIT, proj=proj("x2", "w", "b", "kv")),
                           (A3, A2, A1, A4, A4, I64)))
     w = stacked(ctx, ("wk", "wv"), "kv")
@@ -390,6 +393,7 @@ def render_cached_cross_attention(ctx: NodeCtx) -> None:
     call = (f"{attend}(q, k, v, bias, heads_out, {{qs}}, n, h, qt * {TILE_Q}, min(qt * {TILE_Q} + {TILE_Q}, nt) - "
             f"qt * {TILE_Q}, nt, heads // ng, scale)")
     name = "k_cached_cross_attention" + ("_bias" if has_bias else "")
+    use_dot_nt(ctx.parts)
     src = CROSS_ATTENTION.format(jit=JIT, name=name, proj_in=proj("x2", "wq", "bq", "q"), tasks=_tasks(call),
                                  proj_out=proj("heads_out", "wo", "bo", "o2"))
     k = ctx.kernel(Kernel(name, src, (A3, A2, A1, A2, A1, A4, A4, A4, A3, I64, F32, I64)))

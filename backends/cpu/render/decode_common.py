@@ -14,8 +14,9 @@ SERIAL_PROJ = 1 << 16  # multiply-adds of a projection below which it is one BLA
 def proj(x: str, w: str, b: str, out: str) -> str:
     """Kernel text for ``out = x @ w.T + b`` on [rows, features] arrays: one single-threaded BLAS
     call per block of rows (many rows) or of columns (a few rows: a decode step splits the weight
-    instead), as the ``gemm`` kernels split theirs; a small one (or one thread) is a single call.
-    Needs ``parts`` (the thread count) in scope."""
+    instead, and at SMALL_M rows or fewer dot_nt reads each weight row once for all of them rather than
+    BLAS packing it), as the ``gemm`` kernels split theirs; a small one (or one thread) is a single call.
+    Needs ``parts`` (the thread count) in scope, and dot_nt in the module (``use_dot_nt``)."""
     return f"""\
     pm, pn = {out}.shape
     if parts == 1 or pm * pn * {x}.shape[1] < {SERIAL_PROJ}:  # one call: a parallel region costs more
@@ -38,7 +39,7 @@ def proj(x: str, w: str, b: str, out: str) -> str:
             c0 = blk * pn // parts
             c1 = (blk + 1) * pn // parts
             if c1 > c0:
-                tb = np.dot({x}, {w}[c0:c1].T)
+                tb = dot_nt({x}, {w}, c0, c1)
                 for i in range(pm):
                     for j in range(c1 - c0):
                         {out}[i, c0 + j] = tb[i, j] + {b}[c0 + j]
