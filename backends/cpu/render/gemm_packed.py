@@ -63,8 +63,7 @@ def gemm_strips(ap, ao, sk, s0, s1, kn, x, xo, ldx, width, out, oo, ldo, add):
 
 # the first block of K writes its sums (``_new``: no pass to zero the product first), later ones add theirs
 AHEAD = 32  # steps of K the weight is prefetched ahead (768 bytes of a strip)
-BLOCKS = {f"gemm_pv6x{w}{new}": f'gemm_pv6x{w}{new} = simd_pv("gemm_pv6x{w}{new}", 6, {w}{fresh}, ahead={AHEAD})\n'
-          for w in (64, 16) for new, fresh in (("", ""), ("_new", ", fresh=True"))}
+BLOCKS = {f"gemm_pv6x{w}{new}": (w, fresh) for w in (64, 16) for new, fresh in (("", False), ("_new", True))}
 
 
 def strips(co: int) -> int:
@@ -81,10 +80,7 @@ def use(parts: ModuleParts) -> str:
     """Register gemm_strips with the blocks it calls (callees first) and the packing helper; its name."""
     from irc.backends.cpu.render import sdpa_simd
 
-    for name in ("vec_ptr", "vec_shape", "vec_load", "vec_store", "vec_splat", "vec_fma", "vec_prefetch", "vec_loop",
-                 "simd_pv"):
-        parts.device(name, sdpa_simd.SOURCES[name])
-    for name, source in BLOCKS.items():
-        parts.device(name, source)
+    for name, (width, fresh) in BLOCKS.items():
+        sdpa_simd.use_pv(parts, name, 6, width, fresh=fresh, ahead=AHEAD)
     parts.helper("gemm_pack6", PACK6)
     return parts.device("gemm_strips", STRIPS)
