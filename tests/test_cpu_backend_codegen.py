@@ -44,7 +44,7 @@ def test_generated_module_is_readable_python():
     for f in tree.body:
         if isinstance(f, ast.FunctionDef) and f.name.startswith("k_"):
             assert ast.unparse(f.decorator_list[0]).startswith("njit(cache=True")
-    assert "def run(weights, inputs):" in text
+    assert "def run(weights, inputs, buffers=None):" in text
     assert max(len(line) for line in text.splitlines()) <= 125
     assert "# %h = add %x, %attention" in text  # each step says which node it runs
 

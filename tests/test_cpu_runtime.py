@@ -4,6 +4,7 @@ once per weights dict, the schedule's liveness, and the fast math functions' acc
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -48,6 +49,59 @@ def test_derived_weights_are_computed_once_per_weights(cpu_cache):
     weights["y.wq"][:] = 0  # changed in place: seen only after forget_weights()
     compiled.forget_weights()
     assert_matches(compiled.run(weights, inputs), reference(graph, weights, inputs))
+
+
+def test_outputs_reuse_only_buffers_nothing_holds(cpu_cache):
+    """An output the caller still holds (itself, or a view of it) is never written by a later run; once
+    dropped, its memory takes the next run's output. NumPy's reference says every result is right."""
+    graph = build(QKV, B=2, T=5)
+    compiled = compile_graph(graph, cache_dir=cpu_cache)
+    weights = random_weights(graph)
+    runs = [random_inputs(graph, seed) for seed in range(4)]
+    held = compiled.run(weights, runs[0])["y"]
+    kept = held.copy()
+    second = compiled.run(weights, runs[1])["y"]
+    assert not np.shares_memory(held, second) and np.array_equal(held, kept), "a held output stays as it was"
+    assert_matches({"y": second}, reference(graph, weights, runs[1]))
+    buffer = weakref.ref(second)
+    del second
+    third = compiled.run(weights, runs[2])["y"]
+    assert third is buffer(), "a dropped output's buffer is written again, not a fresh mapping"
+    assert_matches({"y": third}, reference(graph, weights, runs[2]))
+    view = third[0]
+    del third
+    fourth = compiled.run(weights, runs[3])["y"]
+    assert not np.shares_memory(view, fourth), "a view keeps its base from reuse"
+    assert_matches({"y": fourth}, reference(graph, weights, runs[3]))
+    assert compiled._outputs, "the last run's buffers are kept for the next"
+    compiled.forget_outputs()
+    assert not compiled._outputs
+
+
+def test_threads_running_one_graph_never_share_an_output(cpu_cache):
+    """Two threads calling run() on one compiled graph at once: each gets its own buffers (the spare ones
+    are taken out under a lock), so each result matches its own inputs."""
+    import threading
+
+    graph = build(QKV, B=2, T=5)
+    compiled = compile_graph(graph, cache_dir=cpu_cache)
+    weights = random_weights(graph)
+    runs = [random_inputs(graph, seed) for seed in range(2)]
+    want = [reference(graph, weights, x)["y"] for x in runs]
+    bad: list[str] = []
+
+    def worker(k: int) -> None:
+        for _ in range(30):
+            got = compiled.run(weights, runs[k])["y"]
+            if not np.allclose(got, want[k], rtol=1e-4, atol=1e-5):
+                bad.append(f"thread {k}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
 
 
 def test_the_module_derives_by_itself_without_the_cache(cpu_cache):

@@ -28,6 +28,8 @@ HEAD = '''\
 
 ``run(weights, inputs)`` returns ``{{output label: array}}``; ``weights`` maps each key of
 WEIGHTS to a float32 C-contiguous array of its shape, ``inputs`` each name of INPUTS to an array.
+``run(weights, inputs, buffers)`` may also offer, in the dict ``buffers``, output buffers an earlier
+call left there that nothing else holds any more; the outputs are written into them.
 """
 
 import functools
@@ -111,7 +113,7 @@ def emit_module(graph: Graph, reuse: bool = True) -> tuple[str, dict[int, int], 
         out.append("    }\n")
     else:
         out.append("    return {}\n")
-    out.append("\n\ndef run(weights, inputs):\n")
+    out.append("\n\ndef run(weights, inputs, buffers=None):\n")
     out.append('    """Run the graph: kernels in graph order; returns {output label: array}."""\n')
     if parts.derived:
         out.append("    if DERIVED[0] not in weights:  # called without CompiledGraph's per-weights cache\n")

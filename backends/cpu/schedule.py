@@ -5,7 +5,10 @@ The liveness model is the analysis pass's (:mod:`irc.analysis.memory`): a value 
 the node that makes it to its last reader; a view keeps the buffer it views alive. Here the
 views are the ops this backend renders as NumPy views (reshape, flatten, identity,
 dropout); every other result is a buffer the driver allocated (``np.empty``) and owns.
-Inputs and weights belong to the caller and graph outputs to the result: never reused.
+Inputs and weights belong to the caller and graph outputs to the result: never reused within a run.
+A graph output's own buffer comes from ``output_buffer``: the caller may offer the buffer an earlier run
+returned, once nothing else holds it (CompiledGraph does), so a large output (GPT-2's logits, 51 MB at
+T = 256) is not a fresh mapping whose every page the kernel zeroes on first touch, run after run.
 
 The driver stays plain Python: a reused buffer is ``v12 = v7.reshape(...)`` followed by
 ``del v7``, and a dead buffer that no later result can use is ``del``-eted at once.
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 
 from irc.analysis.memory import ALIASES
 from irc.backends.common.kernel import ModuleParts
-from irc.backends.literals import shape_literal
+from irc.backends.literals import shape_literal, str_literal
 from irc.graph import Graph
 
 # ops the driver renders as views of their operand (a subset of the analysis' ALIASES:
@@ -26,6 +29,19 @@ from irc.graph import Graph
 VIEWS = frozenset({"flatten", "reshape", "identity", "dropout"})
 assert VIEWS <= ALIASES
 EXTERNAL = frozenset({"input", "param"})  # results the caller owns
+
+OUTPUT_BUFFER = '''\
+def output_buffer(buffers, key, shape, dtype):
+    """A graph output's buffer: the one ``buffers`` offers under ``key`` (an earlier run's, which the caller
+    checked nothing else holds) when it fits, else a new one; either way left in ``buffers`` for the caller."""
+    if buffers is None:
+        return np.empty(shape, dtype)
+    a = buffers.get(key)
+    if a is None or a.shape != shape or a.dtype != dtype:
+        a = np.empty(shape, dtype)
+        buffers[key] = a
+    return a
+'''
 
 
 def _nbytes(t) -> int:
@@ -104,6 +120,10 @@ class Schedule:
             self.reused += 1
             parts.line(f"{var} = {old}.reshape({shape_literal(shape)})  # reuses a dead buffer")
             parts.line(f"del {old}")
+            return
+        if self.root[value] in self.pinned:
+            parts.helper("output_buffer", OUTPUT_BUFFER)
+            parts.line(f"{var} = output_buffer(buffers, {str_literal(var)}, {shape_literal(shape)}, {dtype})")
             return
         parts.line(f"{var} = np.empty({shape_literal(shape)}, {dtype})")
 
