@@ -87,13 +87,17 @@ def {name}(x, wih, whh, b, seq, h_last, c_last, width, parts):
 {state}    cell = np.zeros((nb, nh), np.float32)
     scratch = np.empty((parts, nb * 4 * width), np.float32)  # one block's product per thread
     # recent cost of a step on the threads and on one thread (cycles, moving averages): each step runs the
-    # cheaper way, and every 16th step the other way, so a change in either (a busy machine) is seen
+    # cheaper way, and now and then the other way, so a change in either (a busy machine) is seen: every
+    # 16th step while the two are within 1.5x, else every 128th (a 650-unit layer at B = 1 on two idle
+    # cores: a step on one thread costs 2.2x, and trying it every 16th step cost 7 % of the layer)
     cost_par = np.float64(0.0)
     cost_one = np.float64(0.0)
     for t in range(nt):
         hp = hs[t % 2]
         hn = hs[(t + 1) % 2]
-        threads = parts > 1 and (t == 0 or (t > 1 and (cost_par <= cost_one) != (t % 16 == 0)))
+        close = max(cost_par, cost_one) < 1.5 * min(cost_par, cost_one)
+        other = t % (16 if close else 128) == 0
+        threads = parts > 1 and (t == 0 or (t > 1 and (cost_par <= cost_one) != other))
         start = cycles()
         if threads:
             for c in prange(parts):
@@ -135,6 +139,8 @@ def lstm_units(xw, whh, b, hp, hn, cell, seq, buf, t, b0, b1, width):
 # where batch × 4 vectors overflow the registers (2 passes over the panel at 8 rows): 12-unit blocks, which
 # would fit, leave the gate loop too short to vectorise (a 650-unit layer at B = 8, T = 256: 94.7 ms against
 # 75.5). Against dot_nt's step: 1.2x at B = 8, equal at B = 1 (which keeps dot_nt: no transposed h to keep).
+# A block's gates read one run of xw per row of the batch, rows T·4h floats apart, which the hardware does
+# not fetch ahead: each block prefetches the next one's (B = 8: 271 against 282 us a step; B = 3: equal).
 LSTM_UNITS_STREAM = """\
 {jit}
 def {name}(xw, whp, b, hpt, hn, hnt, cell, seq, buf, t, b0, b1, width):
@@ -142,10 +148,16 @@ def {name}(xw, whp, b, hpt, hn, hnt, cell, seq, buf, t, b0, b1, width):
     gates, cell and h, and h transposed into hnt for the next step.\"\"\"
     nb, nh = hn.shape
     cols = 4 * width
+    nt = seq.shape[1]
+    xwf = xw.reshape(-1)
     for i in range(b1 - b0):
         blk = b1 - 1 - i if t % 2 else b0 + i  # odd steps backwards, as lstm_units
         ub = blk * width
         w = min(width, nh - ub)
+        if i + 1 < b1 - b0:  # the next block's gate inputs: a run of xw per row of the batch, rows far apart
+            nxt = (b1 - 2 - i if t % 2 else b0 + i + 1) * cols
+            for n in range(nb):
+                prefetch_l2(xwf, (n * nt + t) * 4 * nh + nxt, min(cols, 4 * nh - nxt))
         {block}(hpt, 0, nb, whp, blk * nh * cols, cols, buf, 0, cols, nh)
         lstm_gates(xw, b, buf[:nb * cols].reshape(nb, cols), cell, hn, seq, t, ub, w)
         for j in range(ub, ub + w):
@@ -308,6 +320,7 @@ def _lstm_kernel(ctx: NodeCtx) -> str:
     block = sdpa_simd.use_pv(ctx.parts, f"lstm_hv{nb}x{cols}", nb, cols, fresh=True,
                              stream=gemm_stream.AHEAD_BYTES // (4 * cols))
     units = f"lstm_units{nb}"
+    ctx.parts.device("prefetch_l2", gemm_panels.PREFETCH_L2)
     ctx.parts.device(units, LSTM_UNITS_STREAM.format(jit=DEVICE_JIT, name=units, block=block))
     name = f"k_lstm{nb}"
     state = "    hts = np.zeros((2, nh * nb), np.float32)  # the same, transposed: the streaming step's h\n"
