@@ -9,8 +9,8 @@ the matrix plane[:, off : off + positions] (rows one plane apart), and the convo
     grid[out, positions] = Σ_taps weight[:, tap's C columns] · plane_f(tap)[C, off(tap) + positions]
 
 kh·kw BLAS calls adding into one product block (blas_sgemm with leading dimensions and beta = 1), or, for
-a weight known at load, gemm_packed.py's register blocks on its 6-row strips, each strip through all its
-taps in turn: each input element is copied once (the planes), not kh·kw times, and each GEMM's K is the
+a weight known at load, gemm_packed.py's register blocks on its 6-row strips, 64 positions at a time, every strip
+through each tap in turn: each input element is copied once (the planes), not kh·kw times, and each GEMM's K is the
 channel count. The
 weight is in (ki, kj, c) order, [out, kh·kw·C], so a tap's columns are contiguous (a derived weight; a
 1×1 weight is already in that order). A 1×1 convolution has wq = wo: its grid is the output itself, the
@@ -109,25 +109,31 @@ def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
                 if gather:
                     conv_gather(x, src, n * nphase * ci * plane + q0, plane, 0, ci, n * npos + q0, n * npos + q1, sh,
                                 sw, ph, pw, ho, wo)
-                # with strips: strip after strip, each through all its taps, so a strip's weights are one stream
-                for st in range(s0 if in_strips else 0, s1 if in_strips else 1):
+                # with strips: 64 positions at a time, tap after tap, every strip over the tap's slice of the
+                # planes (C x 64 floats: 16 KB at 64 channels, in L1 while the strips pass; strip after strip
+                # through all the taps re-read the block's planes from L2 once per strip: 0.9x)
+                for c0 in range(0, ldm if in_strips else 0, 64):
                     for tap in range(kh * kw):
                         ki = tap // kw
                         kj = tap - ki * kw
                         f = ((ki * dh) % sh) * sw + (kj * dw) % sw
                         off = ((ki * dh) // sh) * wq + (kj * dw) // sw
-                        b0 = ((n * nphase + f) * ci) * plane + off + q0
-                        if in_strips:
-                            gemm_strips(ap, tap * ci * 6, kk, st, st + 1, ci, src, b0, plane, ldm, work,
-                                        gbase + (st - s0) * 6 * ldm, ldm, tap > 0)
-                            continue
-                        beta = np.float32(0.0) if tap == 0 else np.float32(1.0)
-                        if in_place:
-                            blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta,
-                                       oflat, (n * co + o0) * npos + q0, npos)
-                        else:
-                            blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta,
-                                       work, gbase, m)
+                        b0 = ((n * nphase + f) * ci) * plane + off + q0 + c0
+                        gemm_strips(ap, tap * ci * 6, kk, s0, s1, ci, src, b0, plane, min(64, ldm - c0), work,
+                                    gbase + c0, ldm, tap > 0)
+                for tap in range(0 if in_strips else kh * kw):  # BLAS: one call a tap, all the block's positions
+                    ki = tap // kw
+                    kj = tap - ki * kw
+                    f = ((ki * dh) % sh) * sw + (kj * dw) % sw
+                    off = ((ki * dh) // sh) * wq + (kj * dw) // sw
+                    b0 = ((n * nphase + f) * ci) * plane + off + q0
+                    beta = np.float32(0.0) if tap == 0 else np.float32(1.0)
+                    if in_place:
+                        blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta,
+                                   oflat, (n * co + o0) * npos + q0, npos)
+                    else:
+                        blas_sgemm(0, 0, o1 - o0, m, ci, wflat, o0 * kk + tap * ci, kk, src, b0, plane, beta,
+                                   work, gbase, m)
                 # the epilogue, on flat indices cast to uint64: an index numba cannot prove non-negative costs a
                 # wraparound check per element, and the loop no longer vectorises
                 if in_place:
