@@ -12,7 +12,8 @@ pre-LN block (the stream and the branch both die at the add), where the fused ke
 
 irc is timed at its kernels (the ones its generated module calls, on buffers allocated
 once, as the schedule reuses them inside a model) and, for LayerNorm, through
-``CompiledGraph.run`` as well (a fresh output array every call, so page faults included).
+``CompiledGraph.run`` as well (whose output goes into the last call's buffer once the caller has
+dropped it, as the timing loop does).
 PyTorch and NumPy allocate their results on every call, as they do in use.
 """
 
