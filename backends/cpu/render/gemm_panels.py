@@ -144,12 +144,10 @@ def {name}(x, wp, b, out, parts):
                     done = 0
                     for k1 in range(k0, k2, {kc}):
                         for s in range(t0, t1):
-                            if one:
-                                gemm_strips(ap, k1 * 6, k, s, s + 1, min({kc}, k - k1), wp, (q * k + k1) * 64, 64, 64,
-                                            cb, (s - t0) * 6 * 64, 64, k1 > 0)
-                            else:
-                                gemm_strips(ap, k1 * 6, k, s, s + 1, min({kc}, k - k1), wp, (q * k + k1) * 64, 64, 64,
-                                            of, s * 6 * n + q * 64, n, k1 > 0)
+                            dst = cb if one else of
+                            at_dst = (s - t0) * 6 * 64 if one else s * 6 * n + q * 64
+                            gemm_strips(ap, k1 * 6, k, s, s + 1, min({kc}, k - k1), wp, (q * k + k1) * 64, 64, 64,
+                                        dst, at_dst, 64 if one else n, k1 > 0)
                             if done < ahead:
                                 prefetch_l2(wp, at + done, min(share, ahead - done))
                                 done += share
