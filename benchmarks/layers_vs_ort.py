@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.suite_models import IRC_PASSES, MODELS, _setup, _torch_net
+from benchmarks.suite_models import IRC_PASSES, MODELS, _setup, export_onnx, ort_session
 
 
 def irc_profile(model: str, runs: int):
@@ -68,24 +68,11 @@ def irc_profile(model: str, runs: int):
 
 def ort_profile(model: str, runs: int, folder: Path):
     """A function that runs ``runs`` profiled ORT passes and returns [(node, median ms)] and their sum."""
-    import onnxruntime as ort
-    import torch
-
-    torch.set_num_threads(2)
-    net, arg = _torch_net(model, False)
     path = folder / "model.onnx"
-    with torch.inference_mode():
-        torch.onnx.export(net, (arg,), str(path), dynamo=False, opset_version=17, input_names=["x"],
-                          output_names=["logits"])
-    feed = {"x": arg.numpy()}
+    feed = export_onnx(model, False, path)
 
     def measure():
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
-        options.enable_profiling = True
-        options.profile_file_prefix = str(folder / "ort")  # never the working directory
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = ort_session(path, str(folder / "ort"))  # the profile under folder, never the working directory
         for _ in range(3):
             session.run(None, feed)
         for _ in range(runs):

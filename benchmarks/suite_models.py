@@ -130,23 +130,40 @@ def peer_torch(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dic
     return [_row(model, "torch", seconds, "eager, same weights, 2 threads")]
 
 
-def peer_ort(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]:
-    """ONNX Runtime on the torch mirror exported by ``torch.onnx.export`` (not irc's own exporter, so the
-    peer does not depend on irc): full graph optimisation, 2 intra-op threads."""
-    import onnxruntime as ort
+def export_onnx(model: str, quick: bool, path: Path) -> dict[str, np.ndarray]:
+    """Write the torch mirror of ``model`` to ``path`` with ``torch.onnx.export`` (not irc's own exporter, so
+    the peer does not depend on irc); returns the feed for its one input."""
     import torch
 
     torch.set_num_threads(2)
     net, arg = _torch_net(model, quick)
-    path = out_dir / f"{file_stem(model)}.onnx"
     with torch.inference_mode():
         torch.onnx.export(net, (arg,), str(path), dynamo=False, opset_version=17, input_names=["x"],
                           output_names=["logits"])
+    return {"x": arg.numpy()}
+
+
+def ort_session(path: Path, profile_prefix: str | None = None):
+    """An ONNX Runtime CPU session as the benchmark's peer runs one: full graph optimisation, 2 intra-op
+    threads (with its profiler on, writing under ``profile_prefix``, when given)."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feed = {"x": arg.numpy()}
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def peer_ort(model: str, quick: bool, repeats: int, out_dir: Path) -> list[dict]:
+    """ONNX Runtime on the torch mirror exported by ``torch.onnx.export``."""
+    import onnxruntime as ort
+
+    path = out_dir / f"{file_stem(model)}.onnx"
+    feed = export_onnx(model, quick, path)
+    session = ort_session(path)
     np.save(out_dir / f"{file_stem(model)}-ort.npy", session.run(None, feed)[0])
     seconds = best_of(lambda: session.run(None, feed), repeats)
     return [_row(model, "ort", seconds, f"ONNX Runtime {ort.__version__}, ORT_ENABLE_ALL, 2 intra-op threads")]
