@@ -1,5 +1,6 @@
 """Convolutions (grouped: im2col + BLAS per image and group; otherwise Winograd for 3×3 of stride 1, the tap
-sum of conv_taps.py, the exact im2col panel of conv_cols.py or conv_gemm.py's tiles, as _conv_kernel picks),
+sum of conv_taps.py, conv_table.py's product over all taps for few channels, the exact im2col panel of
+conv_cols.py or conv_gemm.py's tiles, as _conv_kernel picks),
 conv2d_bn (BatchNorm folded at load) and pooling; 1-D runs as 2-D with H = 1."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from math import prod
 import irc.ops.fused_conv  # noqa: F401  (registers conv2d_bn, which the renderer table names)
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import conv_blas, conv_cols, conv_taps, gemm_packed, winograd
+from irc.backends.cpu.render import conv_blas, conv_cols, conv_table, conv_taps, gemm_packed, winograd
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.conv_gemm import conv_gemm_kernel
 from irc.backends.cpu.render.gemm import THREADS
@@ -109,14 +110,18 @@ def _conv_kernel(ci: int, geometry: tuple[int, ...], nb: int, ho: int, wo: int, 
     channels at stride 1.
     With the weight known at load (``packed``: register blocks on a weight packed once, their 16-column
     vectors padding the exact panel too), a strided 1×1 takes the panel (1.27-1.35× the tap sum's BLAS calls
-    on ResNet-18's downsamples at B = 1), and a larger kernel the tap sum, unless its padded grid is over 1/4
-    wider than the padded panel (a 3×3 on a 7×7 map: 64 columns either way, and no im2col copy)."""
+    on ResNet-18's downsamples at B = 1), a larger kernel on fewer channels than the tap sum takes the table's
+    product over all taps (the stem: 1.3× the panel at B = 1 and B = 8, its im2col copy gone) unless its grid
+    wastes over 1/4 of a row, and otherwise the tap sum, unless its padded grid is over 1/4 wider than the
+    padded panel (a 3×3 on a 7×7 map: 64 columns either way, and no im2col copy)."""
     kh, kw, sh, sw, ph, pw, dh, dw = geometry
     extra = ((kw - 1) * dw) // sw
     if nb > 1 and ho * wo < 256:  # a GEMM per image would be too narrow: one for the batch
         return "cols"
     if packed and kh * kw == 1 and (sh, sw) != (1, 1):
         return "cols"
+    if packed and conv_table.applies(ci, kh, kw, wo, extra):
+        return "table"
     if packed and kh * kw > 1 and conv_taps.applies(ci, 1):
         grid, exact = gemm_packed.padded(ho * (wo + extra)), gemm_packed.padded(ho * wo)
         return "taps" if 4 * grid <= 5 * exact else "cols"
@@ -141,7 +146,7 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
     in_place = kind == "taps" and ((kw - 1) * dw) // sw == 0  # its GEMMs write the output before reading res
     kk = ci * kh * kw
     # a packed weight (its strips, seen as [rows, kk] by the kernel: only their shape is read) or BLAS's
-    packed = w_key is not None and (kind == "cols" or (kind == "taps" and not in_place))
+    packed = w_key is not None and (kind in ("cols", "table") or (kind == "taps" and not in_place))
     if packed and kind == "taps":
         ap = conv_taps.packed_tap_weight(ctx, w_key, w_expr, co, ci, kh, kw)
     elif packed:
@@ -163,6 +168,10 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
         ctx.emit(f"{conv_taps.conv_taps_kernel(ctx, act_name)}({operands}, {work}, {ap}, packed={int(packed)}, "
                  f"{window}, has_bias={int(has_bias)}, has_res={has_res}, pb={conv_taps.block(co)}, "
                  f"parts={THREADS})")
+    elif kind == "table":
+        work = conv_blas.work(ctx, conv_table.work_size(geometry, x_shape, o_shape))
+        ctx.emit(f"{conv_table.conv_table_kernel(ctx, act_name)}({operands}, {work}, {ap}, {window}, "
+                 f"has_res={has_res}, pb={conv_table.BLOCK}, parts={THREADS})")
     elif kind == "cols":
         ncol = o_shape[0] * o_shape[2] * o_shape[3]
         tile = conv_cols.tile(co, kk, ncol)

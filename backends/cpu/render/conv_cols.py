@@ -49,16 +49,9 @@ def {name}(x, w2, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
     if work.size < need:
         raise ValueError("conv work buffer too small")
     planes = work[:nplanes].reshape(nb if nplanes else 0, nphase, ci, plane)
-    rows = np.empty(sh, np.int64)  # the row phases some tap reads, and each one's column phases (bits)
-    cols = np.zeros(sh, np.int64)
-    nrows = 0
-    for pr in range(sh if not pointwise else 0):
-        for pc in range(sw):
-            if conv_tap_phase_used(pr * sw + pc, sh, sw, dh, dw, kh, kw):
-                cols[nrows] |= 1 << pc
-        if cols[nrows]:
-            rows[nrows] = pr
-            nrows += 1
+    rows, cols, nrows = conv_phase_rows(sh, sw, dh, dw, kh, kw)
+    if pointwise:
+        nrows = 0
     cblocks = parts if nb * nrows < 2 * parts else 1
     for t in prange(cblocks * nb * nrows):
         c = t // (nb * nrows)

@@ -70,16 +70,7 @@ def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
         src = work[:nplanes]
     planes = src.reshape(nb, nphase, ci, plane) if nplanes > 0 else work[:0].reshape(0, 1, 1, 1)
     if nplanes > 0 and not gather:
-        rows = np.empty(sh, np.int64)  # the row phases some tap reads, and each one's column phases (bits)
-        cols = np.zeros(sh, np.int64)
-        nrows = 0
-        for pr in range(sh):
-            for pc in range(sw):
-                if conv_tap_phase_used(pr * sw + pc, sh, sw, dh, dw, kh, kw):
-                    cols[nrows] |= 1 << pc
-            if cols[nrows]:
-                rows[nrows] = pr
-                nrows += 1
+        rows, cols, nrows = conv_phase_rows(sh, sw, dh, dw, kh, kw)
         cblocks = parts if nb * nrows < 2 * parts else 1  # tasks: channel blocks outermost, so threads share
         for t in prange(cblocks * nb * nrows):
             c = t // (nb * nrows)
@@ -192,6 +183,24 @@ def conv_tap_phase_used(f, sh, sw, dh, dw, kh, kw):
     for kj in range(kw):
         cols = cols or (kj * dw) % sw == f % sw
     return rows and cols
+"""
+
+PHASE_ROWS = """\
+{jit}
+def conv_phase_rows(sh, sw, dh, dw, kh, kw):
+    \"\"\"(rows, cols, count): the row phases some tap reads, and for each a bit mask of the column phases
+    read, as conv_tap_planes takes them (a task per image and row phase fills that row's planes).\"\"\"
+    rows = np.empty(sh, np.int64)
+    cols = np.zeros(sh, np.int64)
+    count = 0
+    for pr in range(sh):
+        for pc in range(sw):
+            if conv_tap_phase_used(pr * sw + pc, sh, sw, dh, dw, kh, kw):
+                cols[count] |= 1 << pc
+        if cols[count]:
+            rows[count] = pr
+            count += 1
+    return rows, cols, count
 """
 
 PLANES = """\
@@ -366,6 +375,7 @@ def devices(ctx: NodeCtx) -> None:
     ctx.parts.device("conv_gather", GATHER.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_taps_geometry", GEOMETRY.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_tap_phase_used", PHASE_USED.format(jit=DEVICE_JIT))
+    ctx.parts.device("conv_phase_rows", PHASE_ROWS.format(jit=DEVICE_JIT))
 
 
 def conv_taps_kernel(ctx: NodeCtx, act_name: str) -> str:

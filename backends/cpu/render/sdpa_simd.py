@@ -170,18 +170,22 @@ def simd_qk(name, keys, width):
 '''
 
 SIMD_PV = '''\
-def simd_pv(name, rows, width, fresh=False, ahead=0, stream=0):
+def simd_pv(name, rows, width, fresh=False, ahead=0, stream=0, table=False):
     \"\"\"The value block acc[ao + r·lda + c] += Σ_j p[po + j·ldp + r] · v[vo + j·ldv + c] for
     r < ``rows`` queries, c < ``width`` columns, j < depth (>= 1) keys: the columns in as many
     passes as the registers need (one on AVX-512). ``fresh``: acc = the sum (acc is not read).
     ``ahead``: each step prefetches p that many steps on (a weight streamed from memory);
-    ``stream``: each step prefetches v's vectors that many steps on (v the streamed weight).\"\"\"
+    ``stream``: each step prefetches v's vectors that many steps on (v the streamed weight).
+    ``table``: ldv is an int64 array, row j of v starting at vo + ldv[j] (rows anywhere: a
+    convolution's taps read from its phase planes, no im2col copy).\"\"\"
     def typer(typingctx, p, po, ldp, v, vo, ldv, acc, ao, lda, depth):
         def codegen(context, builder, sig, args):
             i64 = llvm_ir.IntType(64)
             lanes, budget = vec_shape(context)
             p_, v_, acc_ = (vec_ptr(context, builder, sig.args[a], args[a]) for a in (0, 3, 6))
             po_, ldp_, vo_, ldv_, ao_, lda_, depth_ = (args[a] for a in (1, 2, 4, 5, 7, 8, 9))
+            if table:
+                ldv_ = vec_ptr(context, builder, sig.args[5], ldv_)
             homes = [builder.add(ao_, builder.mul(llvm_ir.Constant(i64, r), lda_)) for r in range(rows)]
             vectors = width // lanes
             per = max(1, min(vectors, budget // rows))
@@ -190,7 +194,8 @@ def simd_pv(name, rows, width, fresh=False, ahead=0, stream=0):
                 ats = [[builder.add(homes[r], llvm_ir.Constant(i64, lanes * c)) for c in cols] for r in range(rows)]
 
                 def step(j, accs, cols=cols):
-                    at = builder.add(vo_, builder.mul(j, ldv_))
+                    row = builder.load(builder.gep(ldv_, [j])) if table else builder.mul(j, ldv_)
+                    at = builder.add(vo_, row)
                     vv = [vec_load(builder, lanes, v_, builder.add(at, llvm_ir.Constant(i64, lanes * c))) for c in cols]
                     if stream:
                         on = builder.add(at, builder.mul(llvm_ir.Constant(i64, stream), ldv_))
@@ -212,7 +217,9 @@ def simd_pv(name, rows, width, fresh=False, ahead=0, stream=0):
                     vec_store(builder, value, acc_, at)
             return context.get_dummy_value()
         n = numba_types.intp
-        return numba_types.void(p, n, n, v, n, n, acc, n, n, n), codegen
+        return numba_types.void(p, n, n, v, n, ldv if table else n, acc, n, n, n), codegen
+    if table and stream:
+        raise ValueError("a block reading v through a table of rows cannot prefetch v by its stride")
     typer.__name__ = name
     return intrinsic(typer)
 '''
