@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_cpu_backend_helpers import assert_matches, build, cpu_cache, random_inputs, random_weights, reference
+from test_cpu_conv_taps import _bn_weights  # BatchNorm statistics and affine terms far from the identity
 
 from irc.backends.cpu import compile_graph
 from irc.backends.cpu.render import conv_table
@@ -82,14 +83,7 @@ def test_folded_batchnorm_residual_and_relu(b, cpu_cache):
     graph = build(FOLD, B=b)
     folded = run_passes(graph, ["fuse", "fold-bn"])
     assert sum(n.op == "conv2d_bn" for n in folded.nodes) == 2
-    rng = np.random.default_rng(5)
-    w = random_weights(graph)
-    for k in w:
-        if k.endswith(("running_mean", ".bias")):
-            w[k] = (rng.standard_normal(w[k].shape) * 0.2).astype(np.float32)
-        elif k.endswith(("running_var", ".gain")):
-            w[k] = rng.uniform(0.5, 1.5, w[k].shape).astype(np.float32)
-    x = random_inputs(graph)
+    w, x = _bn_weights(graph), random_inputs(graph)
     compiled = compile_graph(folded, cache_dir=cpu_cache)
     assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == {"k_conv_table_relu", "k_conv_table_none"}
     assert_matches(compiled.run(w, x), reference(graph, w, x), tol=1e-5)
