@@ -166,8 +166,8 @@ def fuse_qkv_rule(ctx: Context, node: Node) -> Rewrite | None:
 
 # -- convolution + inference BatchNorm (+ residual add) (+ ReLU) ---------------------------------------
 #
-# Three small rules compose the chain as the rewrite engine visits it in graph order: batchnorm(conv2d)
-# first becomes conv2d_bn (act=none); a later round absorbs the residual add and then the ReLU into it.
+# Four small rules compose the chain as the rewrite engine visits it in graph order: batchnorm(conv2d)
+# first becomes conv2d_bn (act=none); a later round absorbs the residual add, then the ReLU, then a max pool.
 
 
 def _param(ctx: Context, like: Node, name: str, shape: tuple, init: str | None = None) -> Node:
@@ -209,9 +209,9 @@ def _open_conv_bn(ctx: Context, value: str, reader: Node) -> Node | None:
     """The conv2d_bn making ``value`` when it has no residual and no activation yet and ``reader`` is its
     only reader."""
     p = ctx.prod(value, "conv2d_bn")
-    if p is None or len(p.inputs) > 6 or p.attrs["act"] != "none" or not ctx.only_user(value, reader):
+    if p is None or len(p.inputs) > 6 or p.attrs["act"] != "none" or p.attrs["pool"] is not None:
         return None
-    return p
+    return p if ctx.only_user(value, reader) else None
 
 
 def fuse_conv_add_rule(ctx: Context, node: Node) -> Rewrite | None:
@@ -231,9 +231,23 @@ def fuse_conv_relu_rule(ctx: Context, node: Node) -> Rewrite | None:
     if node.op != "relu":
         return None
     p = ctx.prod(node.inputs[0], "conv2d_bn")
-    if p is None or p.attrs["act"] != "none" or not ctx.only_user(node.inputs[0], node):
+    if p is None or p.attrs["act"] != "none" or p.attrs["pool"] is not None or not ctx.only_user(node.inputs[0], node):
         return None
     return Rewrite([ctx.node("conv2d_bn", list(p.inputs), {**p.attrs, "act": "relu"}, p, names=list(node.outputs))])
+
+
+def fuse_conv_pool_rule(ctx: Context, node: Node) -> Rewrite | None:
+    """maxpool2d(conv2d_bn(...)) → conv2d_bn{pool=...}: the pool runs on the convolution's epilogue, so its
+    full-size input is never written out (ResNet's stem). Only the convolution's reader, dilation 1."""
+    if node.op != "maxpool2d" or node.attrs["dilation"] not in (1, [1, 1], (1, 1)):
+        return None
+    p = ctx.prod(node.inputs[0], "conv2d_bn")
+    if p is None or p.attrs["pool"] is not None or not ctx.only_user(node.inputs[0], node):
+        return None
+    a = node.attrs
+    padding = None if a["padding"] in (0, [0, 0], (0, 0)) else a["padding"]
+    pool = {"pool": a["kernel"], "pool_stride": a["stride"], "pool_padding": padding}
+    return Rewrite([ctx.node("conv2d_bn", list(p.inputs), {**p.attrs, **pool}, p, names=list(node.outputs))])
 
 
 FUSIONS = {
@@ -248,8 +262,9 @@ FUSIONS = {
 # The CPU pipeline's convolution fusion, not part of ``fuse``: the CUDA backend renders fuse's graph and has
 # no conv2d_bn kernel. The CPU pipeline is ``fuse,fold-bn`` (the benchmarks; ``--passes fuse,fold-bn``).
 CPU_FUSIONS = {
-    "fold-bn": ([fold_bn_rule, fuse_conv_add_rule, fuse_conv_relu_rule],
-                "inference BatchNorm folded into the preceding conv2d (+ residual add, + ReLU) as one conv2d_bn"),
+    "fold-bn": ([fold_bn_rule, fuse_conv_add_rule, fuse_conv_relu_rule, fuse_conv_pool_rule],
+                "inference BatchNorm folded into the preceding conv2d (+ residual add, + ReLU, + max pool) as one "
+                "conv2d_bn"),
 }
 
 

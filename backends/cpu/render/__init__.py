@@ -7,6 +7,7 @@ from collections.abc import Callable
 from irc.backends.cpu.render import (
     attention,
     conv,
+    conv_bn,
     decode,
     dense,
     elementwise,
@@ -31,7 +32,7 @@ from irc.backends.cpu.render.context import NodeCtx
 Renderer = Callable[[NodeCtx], None]
 
 RENDERERS: dict[str, Renderer] = {}
-for _family in (elementwise, dense, gemm, conv, norm, embedding, recurrent, attention, sdpa, shape, resample):
+for _family in (elementwise, dense, gemm, conv, conv_bn, norm, embedding, recurrent, attention, sdpa, shape, resample):
     RENDERERS.update(_family.RENDERERS)
 RENDERERS.update(decode.RENDERERS)  # the KV-cache decoding ops (irc/ops/decode.py)
 RENDERERS.update(moe.RENDERERS)  # mixtures of experts (irc/ops/moe.py)

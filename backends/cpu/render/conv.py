@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import prod
 
-import irc.ops.fused_conv  # noqa: F401  (registers conv2d_bn, which the renderer table names)
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render import conv_blas, conv_cols, conv_table, conv_taps, gemm_packed, winograd
@@ -211,64 +210,6 @@ def render_conv(ctx: NodeCtx) -> None:
         w = f"{w}.reshape({w_shape[0]}, {w_shape[1]}, 1, {w_shape[2]})"
     ctx.emit(f"{k}({_as_4d(ctx.args[0], ctx.in_shape(), nd)}, {w}, {bias}, {_as_4d(out, ctx.out_shape(), nd)}, "
              f"sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={groups}, parts={THREADS})")
-
-
-# BatchNorm's statistics folded into the convolution, in float64, once per weights dict (or on every run
-# when an operand is computed, not a weight): s = gain / sqrt(var + eps), w' = w·s, b' = bias − mean·s
-BN_FOLD_WEIGHT = '''\
-def bn_fold_weight(w, gain, var, eps):
-    """The convolution's weight [out, ...] scaled by its channel's BatchNorm factor, as [out, in·kh·kw]."""
-    s = gain.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
-    return np.ascontiguousarray((w.reshape(w.shape[0], -1) * s[:, None]).astype(np.float32))
-'''
-BN_FOLD_BIAS = '''\
-def bn_fold_bias(gain, bias, mean, var, eps):
-    """The BatchNorm's shift once its scale is in the weights: bias − mean·s."""
-    s = gain.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
-    return np.ascontiguousarray((bias - mean * s).astype(np.float32))
-'''
-
-
-def render_conv_bn(ctx: NodeCtx) -> None:
-    """conv2d_bn: the folded weight and bias, then one convolution with bias, residual and activation as its
-    epilogue (grouped convolutions run the grouped kernel and their epilogue in the driver)."""
-    ctx.helper("bn_fold_weight", BN_FOLD_WEIGHT)
-    ctx.helper("bn_fold_bias", BN_FOLD_BIAS)
-    eps = repr(float(ctx.attr("eps")))
-    keys = [ctx.param_key(i) for i in range(1, 6)]
-    weights = all(k is not None for k in keys)
-    w, g, b, m, v = (ctx.weight("", key=k) for k in keys) if weights else ctx.args[1:6]
-    tag = ",".join(keys) + f",{eps}" if weights else ""
-    w2_expr = f"bn_fold_weight({w}, {g}, {v}, {eps})"
-    b2 = f"bn_fold_bias({g}, {b}, {m}, {v}, {eps})"
-    if weights:
-        b2 = ctx.derive(f"~bn_fold_bias({tag})", b2)
-    res = ctx.args[6] if len(ctx.args) > 6 else None
-    co, ci = ctx.in_shape(1)[:2]
-    if _winograd(ctx):
-        u = (winograd.packed_filter(ctx, f"bn_fold_weight({tag})", w2_expr, co, ci) if weights
-             else f"winograd_filter({w2_expr}, {co}, {ci})")
-        ctx.helper("winograd_filter", winograd.FILTER)
-        winograd.winograd_call(ctx, u, b2, res, ctx.attr("act"), *_geometry(ctx, 2)[4:6], packed=weights)
-        return
-    def folded() -> str:
-        return ctx.derive(f"~bn_fold_weight({tag})", w2_expr) if weights else w2_expr
-
-    if int(ctx.attr("groups")) == 1:
-        _gemm_conv_call(ctx, 2, folded, f"bn_fold_weight({tag})" if weights else None, w2_expr, b2, res,
-                        ctx.attr("act"))
-        return
-    w2 = folded()
-    kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, 2)
-    k = ctx.kernel(CONV2D_KERNEL)
-    out = ctx.alloc()
-    ws = ctx.in_shape(1)
-    ctx.emit(f"{k}({ctx.args[0]}, {w2}.reshape({', '.join(map(str, ws))}), {b2}, {out}, sh={sh}, sw={sw}, "
-             f"ph={ph}, pw={pw}, dh={dh}, dw={dw}, groups={ctx.attr('groups')}, parts={THREADS})")
-    if res is not None:
-        ctx.emit(f"np.add({out}, {res}, out={out})")
-    if ctx.attr("act") == "relu":
-        ctx.emit(f"np.maximum({out}, np.float32(0.0), out={out})")
 
 
 # pooling and upsampling (resample.py) kernels: one (sample, channel) plane per task, then its output rows
@@ -497,7 +438,6 @@ def render_conv_transpose(ctx: NodeCtx) -> None:
 RENDERERS = {
     "conv1d": render_conv,
     "conv2d": render_conv,
-    "conv2d_bn": render_conv_bn,
     "conv_transpose1d": render_conv_transpose,
     "conv_transpose2d": render_conv_transpose,
     "maxpool1d": render_pool,
