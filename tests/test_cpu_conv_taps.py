@@ -223,3 +223,24 @@ def test_conv2d_bn_folds_computed_operands_on_every_run(b, cpu_cache):
     assert_matches(compiled.run({}, x), want(), tol=1e-5)
     x["w"] = x["w"] * np.float32(-0.5)  # a new weight: refolded, and the work buffer used again
     assert_matches(compiled.run({}, x), want(), tol=1e-5)
+
+
+SMALL_MAPS = """
+model small_maps(B) {
+  input x: f32[B, 16, 24, 24]
+  input s: f32[B, 16, 14, 14]
+  output y_12 = relu(batchnorm(conv2d(x, 20, 3, stride=2, padding=1, bias=false)))
+  output y_7 = batchnorm(conv2d(s, 20, 3, stride=2, padding=1, bias=false))
+}
+"""
+
+
+def test_batches_of_small_maps_take_the_tap_sum_from_128_outputs(cpu_cache):
+    """In a batch, a packed 3×3/2 to a 12×12 map (144 outputs) runs the tap sum per image (ResNet-18's
+    14×14 at B = 8: 1.1× the batch's panel); to 7×7 (49) the panel of the whole batch."""
+    graph = build(SMALL_MAPS, B=3)
+    folded = run_passes(graph, ["fuse", "fold-bn"])
+    compiled = compile_graph(folded, cache_dir=cpu_cache)
+    assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == {"k_conv_taps_relu", "k_conv_cols_none"}
+    w, x = _bn_weights(graph), random_inputs(graph)
+    assert_matches(compiled.run(w, x), reference(graph, w, x), tol=1e-5)

@@ -115,7 +115,10 @@ def _conv_kernel(ci: int, geometry: tuple[int, ...], nb: int, ho: int, wo: int, 
     padded panel (a 3×3 on a 7×7 map: 64 columns either way, and no im2col copy)."""
     kh, kw, sh, sw, ph, pw, dh, dw = geometry
     extra = ((kw - 1) * dw) // sw
-    if nb > 1 and ho * wo < 256:  # a GEMM per image would be too narrow: one for the batch
+    # a GEMM per image would be too narrow: one for the batch; but from 128 outputs a packed tap sum of a larger
+    # kernel wins (ResNet-18's 3×3/2 to 14×14 at B = 8: 1.1× the batch panel; to 7×7 they tie)
+    tap_sum = packed and kh * kw > 1 and conv_taps.applies(ci, 1) and ho * wo >= 128
+    if nb > 1 and ho * wo < 256 and not tap_sum:
         return "cols"
     if packed and kh * kw == 1 and (sh, sw) != (1, 1):
         return "cols"
