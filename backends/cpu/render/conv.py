@@ -310,6 +310,11 @@ def k_avgpool2d(x, out, kh, kw, sh, sw, ph, pw, include_pad):
 """
 
 
+def maxpool_kernel(ctx: NodeCtx) -> str:
+    """Register ``k_maxpool2d`` (x, out, kh, kw, sh, sw, ph, pw, dh, dw); its name."""
+    return ctx.kernel(Kernel("k_maxpool2d", MAXPOOL.format(jit=JIT), (A4, A4) + (I64,) * 8))
+
+
 def render_pool(ctx: NodeCtx) -> None:
     op = ctx.node.op
     nd = 2 if op.endswith("2d") else 1
@@ -323,7 +328,7 @@ def render_pool(ctx: NodeCtx) -> None:
     x4, o4 = _as_4d(ctx.args[0], ctx.in_shape(), nd), _as_4d(out, ctx.out_shape(), nd)
     if op.startswith("max"):
         dh, dw = _spatial(nd, _pair(ctx.attr("dilation", 1), nd), 1)
-        k = ctx.kernel(Kernel("k_maxpool2d", MAXPOOL.format(jit=JIT), (A4, A4) + (I64,) * 8))
+        k = maxpool_kernel(ctx)
         ctx.emit(f"{k}({x4}, {o4}, kh={kh}, kw={kw}, sh={sh}, sw={sw}, ph={ph}, pw={pw}, dh={dh}, dw={dw})")
     else:
         include = 1 if ctx.attr("count_include_pad", True) else 0

@@ -7,17 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import irc.ops.fused_conv
-from irc.backends.common.kernel import A4, I64, Kernel
 from irc.backends.cpu.render import conv_blas, conv_table, gemm_packed, winograd
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.conv import (
     CONV2D_KERNEL,
-    JIT,
-    MAXPOOL,
     _conv_kernel,
     _gemm_conv_call,
     _geometry,
     _winograd,
+    maxpool_kernel,
 )
 from irc.backends.cpu.render.gemm import THREADS
 
@@ -52,15 +50,15 @@ def render_conv_bn(ctx: NodeCtx) -> None:
     geometry = _geometry(ctx, 2)
     ci = ctx.in_shape()[1]
     nb, _, ho, wo = conv_shape
-    tabled = int(ctx.attr("groups")) == 1 and all(k is not None for k in keys)
-    if tabled and not _winograd(replace(ctx, out_types=[conv_type])) and _conv_kernel(
+    folded_at_load = int(ctx.attr("groups")) == 1 and all(k is not None for k in keys)
+    if folded_at_load and not _winograd(replace(ctx, out_types=[conv_type])) and _conv_kernel(
             ci, geometry, nb, ho, wo, True) == "table":
         _render_table_pool(ctx, keys, geometry, conv_shape, (pk, pl, ps, pt, pp, pq))
         return
     tmp = f"{ctx.outs[0]}_conv"
     _render_conv_bn(replace(ctx, out_types=[conv_type], outs=[tmp], schedule=None))
     out = ctx.alloc()
-    k = ctx.kernel(Kernel("k_maxpool2d", MAXPOOL.format(jit=JIT), (A4, A4) + (I64,) * 8))
+    k = maxpool_kernel(ctx)
     ctx.emit(f"{k}({tmp}, {out}, kh={pk}, kw={pl}, sh={ps}, sw={pt}, ph={pp}, pw={pq}, dh=1, dw=1)")
     ctx.emit(f"del {tmp}")
 
