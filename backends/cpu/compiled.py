@@ -13,6 +13,7 @@ import numpy as np
 
 from irc.backends.common.cache import HEADER_LINES, cache_key, default_cache_dir, header, prepare_dir
 from irc.backends.common.compiled import CompiledModule, cached_build
+from irc.backends.cpu.aligned import aligned64
 from irc.backends.cpu.emit import BACKEND_VERSION, emit_module
 from irc.backends.cpu.kernel_library import KernelLibrary, kernel_texts
 from irc.backends.cpu.loader import LoadStats, Progress, load
@@ -85,7 +86,10 @@ class CompiledGraph(CompiledModule):
         w = self._weights(weights)
         if self.module.DERIVED:
             with single_pool():
-                w.update(self.module.derive(w))
+                derived = self.module.derive(w)
+            for key in derived:  # on a cache line, as the register blocks that stream them want (aligned.py)
+                derived[key] = aligned64(derived[key])
+            w.update(derived)
         self._prepared = (ident, given, w)  # holding ``given`` keeps the ids from being recycled
         return w
 

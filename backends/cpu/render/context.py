@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
-from irc.backends.literals import shape_literal, str_literal
+from irc.backends.cpu.schedule import new_buffer
+from irc.backends.literals import str_literal
 from irc.backends.node_view import NodeView
 from irc.graph import Node
 from irc.types import TensorType
@@ -55,12 +56,17 @@ class NodeCtx(NodeView):
         kernel must read each element before writing it), else a new ``np.empty``."""
         t = self.out_types[i]
         if self.schedule is None:
-            self.emit(f"{self.outs[i]} = np.empty({shape_literal(self.out_shape(i))}, {np_dtype(t)})")
+            self.emit(new_buffer(self.parts, self.outs[i], self.out_shape(i), np_dtype(t)))
         else:
             operands = list(zip(self.node.inputs, self.args))
             self.schedule.alloc(self.parts, self.index, self.node.outputs[i], self.outs[i], self.out_shape(i),
                                 np_dtype(t), operands, inplace)
         return self.outs[i]
+
+    def scratch(self, var: str, shape: tuple[int, ...]) -> str:
+        """A float32 driver temporary ``var`` of ``shape`` (not the node's result, not scheduled); its name."""
+        self.emit(new_buffer(self.parts, var, shape, "np.float32"))
+        return var
 
     def param_key(self, i: int) -> str | None:
         """The weight key behind operand ``i`` when a ``param`` node makes it, else None."""

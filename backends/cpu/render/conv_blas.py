@@ -13,6 +13,7 @@ freed blocks go back to the system and come back as page faults on the next call
 
 from __future__ import annotations
 
+from irc.backends.cpu.aligned import EMPTY64
 from irc.backends.cpu.render.context import NodeCtx
 
 SGEMM = '''\
@@ -63,7 +64,7 @@ def conv_work(size):
     """The convolution kernels' work buffer, at least ``size`` float32 elements, kept between runs."""
     buf = getattr(conv_work, "buf", None)
     if buf is None or buf.size < size:
-        buf = conv_work.buf = np.empty(max(int(size), 1), np.float32)
+        buf = conv_work.buf = empty64((max(int(size), 1),))  # on a cache line: vectors run through it
     return buf
 '''
 
@@ -75,5 +76,6 @@ def sgemm(ctx: NodeCtx) -> str:
 
 def work(ctx: NodeCtx, size: str) -> str:
     """The driver's expression for a work buffer of ``size`` (an expression) elements."""
+    ctx.helper("empty64", EMPTY64)
     ctx.helper("conv_work", WORK)
     return f"conv_work({size})"

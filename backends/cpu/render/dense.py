@@ -61,7 +61,7 @@ def render_ffn(ctx: NodeCtx) -> None:
     hidden = ctx.weight_shape("w1")[0]
     rows = prod(ctx.in_shape()[:-1])
     h = f"{ctx.outs[0]}_hidden"
-    ctx.emit(f"{h} = np.empty(({rows}, {hidden}), np.float32)")
+    ctx.scratch(h, (rows, hidden))
     gemm_call(ctx, ctx.args[0], ctx.in_shape(), ctx.weight("w1"), ctx.weight_or_zeros("b1", hidden),
               ctx.attr("act", "gelu"), out=h, out_shape=(rows, hidden), w_key=ctx.weight_key("w1"))
     gemm_call(ctx, h, (rows, hidden), ctx.weight("w2"), ctx.weight_or_zeros("b2", ctx.out_shape()[-1]),
@@ -90,7 +90,7 @@ def render_swiglu(ctx: NodeCtx) -> None:
     hidden = ctx.weight_shape("w_gate")[0]
     rows = prod(ctx.in_shape()[:-1])
     h = f"{ctx.outs[0]}_hidden"
-    ctx.emit(f"{h} = np.empty(({rows}, {hidden}), np.float32)")
+    ctx.scratch(h, (rows, hidden))
     x = ctx.rows(ctx.args[0], ctx.in_shape())
     if ctx.has_weight("b_gate") or ctx.has_weight("b_up"):
         src = BIASED_GLU.format(jit=JIT, expr=act(ctx.parts, "silu"))

@@ -156,7 +156,7 @@ def render_softmax(ctx: NodeCtx) -> None:
     # move the axis last (a copy of our own), normalise rows, copy back into the result
     moved = shape[:axis] + shape[axis + 1:] + (shape[axis],)
     tmp = f"{out}_moved"
-    ctx.emit(f"{tmp} = np.empty({shape_literal(moved)}, np.float32)")
+    ctx.scratch(tmp, moved)
     ctx.emit(f"np.copyto({tmp}, np.moveaxis({x}, {axis}, -1))")
     ctx.emit(f"{k}({ctx.rows(tmp, moved)}, {ctx.rows(tmp, moved)})")
     ctx.alloc()

@@ -38,6 +38,7 @@ not depend on the thread count.
 from __future__ import annotations
 
 from irc.backends.common.kernel import A1, A2, I64, Kernel
+from irc.backends.cpu.aligned import EMPTY64_DEVICE
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render import gemm_packed
 from irc.backends.cpu.render.activations import act
@@ -128,7 +129,7 @@ def {name}(x, wp, b, out, parts):
         # one block of K (up to 1,024 steps at 256 rows): a panel's sums build up in a scratch block (L1) and
         # only the epilogue writes out, once; adding into out's rows, n floats apart, ran at 0.68-0.93x
         one = kb >= k
-        cb = np.empty((t1 - t0) * 6 * 64 if one and t1 > t0 else 0, np.float32)
+        cb = empty64_device((t1 - t0) * 6 * 64 if one and t1 > t0 else 0)  # on cache lines, as wp
         if t1 > t0 and q1 > q0:
             for k0 in range(0, k, kb):
                 k2 = min(k, k0 + kb)
@@ -167,7 +168,7 @@ def {name}(x, wp, b, out, parts):
     # the partial last strip (every panel) and the partial last panel (every strip), through a scratch block
     edges = (strips - full) * panels + (panels - wide) * full
     for p in prange(parts):
-        tmp = np.empty(6 * 64, np.float32)
+        tmp = empty64_device(6 * 64)
         for e in range(p * edges // parts, (p + 1) * edges // parts):
             s = full if e < (strips - full) * panels else e - (strips - full) * panels
             q = e if e < (strips - full) * panels else wide
@@ -194,6 +195,7 @@ def panels_kernel(ctx: NodeCtx, act_name: str) -> str:
     gemm_packed.use(ctx.parts)
     ctx.parts.device("gemm_rows6", ROWS6)
     ctx.parts.device("prefetch_l2", PREFETCH_L2)
+    ctx.parts.device("empty64_device", EMPTY64_DEVICE)
     src = KERNEL.format(jit=jit(), name=name, expr=expr, kc=KC, l2_rows=L2_ROWS)
     return ctx.kernel(Kernel(name, src, (A2, A1, A1, A2, I64)))
 

@@ -19,6 +19,7 @@ Threads take contiguous runs of panels; a partial last panel goes through a scra
 from __future__ import annotations
 
 from irc.backends.common.kernel import A1, A2, I64, Kernel
+from irc.backends.cpu.aligned import EMPTY64_DEVICE
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render import gemm_panels
 from irc.backends.cpu.render.activations import act
@@ -48,7 +49,7 @@ def {name}(x, wp, b, out, parts):
             xt[U(q * {m} + i)] = row[U(q)]
     of = out.reshape(-1)
     for p in prange(parts):
-        tmp = np.empty({m} * {w}, np.float32)
+        tmp = empty64_device({m} * {w})
         for q in range(p * panels // parts, (p + 1) * panels // parts):
             c0 = q * {w}
             cols = min({w}, n - c0)
@@ -75,6 +76,7 @@ def stream_kernel(ctx: NodeCtx, rows: int, act_name: str) -> str:
 
     w = width(rows)
     block = sdpa_simd.use_pv(ctx.parts, f"gemm_sv{rows}x{w}", rows, w, fresh=True, stream=AHEAD_BYTES // (4 * w))
+    ctx.parts.device("empty64_device", EMPTY64_DEVICE)
     name = f"k_gemm_stream{rows}_{act_name}"
     src = KERNEL.format(jit=jit(), name=name, expr=act(ctx.parts, act_name), m=rows, w=w, block=block)
     return ctx.kernel(Kernel(name, src, (A2, A1, A1, A2, I64)))

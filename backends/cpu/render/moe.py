@@ -152,7 +152,7 @@ def _shared(ctx: NodeCtx, x: str, rows: int, gated: bool, out: str) -> None:
     first = "shared_gate" if gated else "shared_w1"
     hidden = ctx.weight_shape(first)[0]
     h = f"{ctx.outs[0]}_shared"
-    ctx.emit(f"{h} = np.empty(({rows}, {hidden}), np.float32)")
+    ctx.scratch(h, (rows, hidden))
     if gated:
         k = glu_kernel(ctx, ctx.attr("act"))
         key = f"~stack({ctx.weight_key('shared_gate')},{ctx.weight_key('shared_up')})"
@@ -175,7 +175,7 @@ def render_moe(ctx: NodeCtx) -> None:
     x = ctx.rows(ctx.args[0], shape)
     v = ctx.outs[0]
     logits, chosen, cw, y = f"{v}_logits", f"{v}_chosen", f"{v}_weights", f"{v}_slots"
-    ctx.emit(f"{logits} = np.empty(({rows}, {experts}), np.float32)")
+    ctx.scratch(logits, (rows, experts))
     gemm_call(ctx, x, (rows, d), ctx.weight("router"), f"np.zeros({experts}, np.float32)", out=logits,
               out_shape=(rows, experts))
     ctx.emit(f"{chosen} = np.empty(({rows}, {top_k}), np.int64)")

@@ -31,6 +31,7 @@ fixed sequence of operations: results do not depend on the number of threads.
 from __future__ import annotations
 
 from irc.backends.common.kernel import A2, A4, F32, I64, Kernel
+from irc.backends.cpu.aligned import EMPTY64_DEVICE
 from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render import sdpa_simd
 from irc.backends.cpu.render.context import NodeCtx
@@ -73,10 +74,12 @@ def {name}(q, k, v, bias, out, scale2, {window}bq, bk, bd, parts):
     ends = np.cumsum(cost)
     total = ends[tasks - 1] if tasks > 0 else 0
     for part in prange(parts):
-        # scratch, once per thread
-        qt = np.zeros(hd * bqp, np.float32)  # the query tile, scaled and transposed: qt[d·bqp + i]
-        st = np.empty(kcap * bqp, np.float32)  # a block's scores, transposed: st[j·w + i]
-        acc = np.zeros(bqp * hvp, np.float32)  # acc[i·hvp + c]
+        # scratch, once per thread, on cache lines (the blocks' vectors then never straddle two)
+        qt = empty64_device(hd * bqp)  # the query tile, scaled and transposed: qt[d·bqp + i]
+        qt[:] = np.float32(0.0)
+        st = empty64_device(kcap * bqp)  # a block's scores, transposed: st[j·w + i]
+        acc = empty64_device(bqp * hvp)  # acc[i·hvp + c]
+        acc[:] = np.float32(0.0)
         vt = np.zeros(kcap * hvp if vpad else 1, np.float32)
         mx = np.empty(bqp, np.float32)
         ll = np.empty(bqp, np.float32)
@@ -276,6 +279,7 @@ def window_arg(ctx: NodeCtx) -> int | None:
 
 def render_sdpa(ctx: NodeCtx) -> None:
     sdpa_simd.use(ctx.parts)
+    ctx.parts.device("empty64_device", EMPTY64_DEVICE)
     causal = bool(ctx.attr("causal", False))
     has_bias = len(ctx.args) > 3
     window = window_arg(ctx)
