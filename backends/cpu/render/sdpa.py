@@ -127,52 +127,33 @@ def {name}(q, k, v, bias, out, scale2, {window}bq, bk, bd, parts):
                 mr = r1 - r0
                 w = (mr + 31) // 32 * 32
                 kb = j1 - j0
-                # scores st[j·w + i] = k[j0 + j] · q[i0 + r0 + i], in blocks of 6 keys × 64 queries
-                # (× 32 for the block's last 32 queries; the last keys one by one)
-                for i in range(0, w, 64):
-                    wide = i + 64 <= w
-                    j = 0
-                    while j < kb:
-                        at, kat = j * w + i, koff + (j0 + j) * hd
-                        if j + 6 <= kb:
-                            if wide:
-                                sdpa_qk6x64(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
-                            else:
-                                sdpa_qk6x32(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
-                            j += 6
-                        else:
-                            if wide:
-                                sdpa_qk1x64(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
-                            else:
-                                sdpa_qk1x32(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
-                            j += 1
-{mask}\
-                # column maxima: down the keys, elementwise across the queries, so the loop vectorises
-                for i in range(mr):
-                    top[i] = mx[r0 + i]
-                for j in range(kb):
+{scores}{mask}                if not fused:  # the block's maxima, a moved reference, its 2**x and their sums
+                    # column maxima: down the keys, elementwise across the queries, so the loop vectorises
                     for i in range(mr):
-                        a = st[j * w + i]
-                        top[i] = a if a > top[i] else top[i]
-                for i in range(mr):
-                    # a row's terms are relative to its reference mx (exponents up to REBASE above
-                    # it): moved, and the old terms rescaled, only when the maximum outgrows it
-                    if top[i] > mx[r0 + i] + np.float32({rebase}):  # (always at a row's first score)
-                        a = sdpa_exp2(mx[r0 + i] - top[i])
-                        if ll[r0 + i] > np.float32(0.0):  # (else nothing to rescale: every term was 0)
-                            ll[r0 + i] *= a
-                            for c2 in range(hvp):
-                                acc[(r0 + i) * hvp + c2] *= a
-                        mx[r0 + i] = top[i]
-                    base[i] = mx[r0 + i] if mx[r0 + i] > np.float32(-np.inf) else np.float32(0.0)  # all masked: 0
-                    tot[i] = np.float32(0.0)
-                for i in range(mr, w):  # the padding columns go along, never read out
-                    base[i] = np.float32(0.0)
-                    tot[i] = np.float32(0.0)
-                for j in range(kb):  # st = 2**(st - base), tot = its column sums
-                    sdpa_exp2row(st, j * w, base, tot, w // 16)
-                for i in range(mr):
-                    ll[r0 + i] += tot[i]
+                        top[i] = mx[r0 + i]
+                    for j in range(kb):
+                        for i in range(mr):
+                            a = st[j * w + i]
+                            top[i] = a if a > top[i] else top[i]
+                    for i in range(mr):
+                        # a row's terms are relative to its reference mx (exponents up to REBASE above
+                        # it): moved, and the old terms rescaled, only when the maximum outgrows it
+                        if top[i] > mx[r0 + i] + np.float32({rebase}):  # (always at a row's first score)
+                            a = sdpa_exp2(mx[r0 + i] - top[i])
+                            if ll[r0 + i] > np.float32(0.0):  # (else nothing to rescale: every term was 0)
+                                ll[r0 + i] *= a
+                                for c2 in range(hvp):
+                                    acc[(r0 + i) * hvp + c2] *= a
+                            mx[r0 + i] = top[i]
+                        base[i] = mx[r0 + i] if mx[r0 + i] > np.float32(-np.inf) else np.float32(0.0)  # all masked: 0
+                        tot[i] = np.float32(0.0)
+                    for i in range(mr, w):  # the padding columns go along, never read out
+                        base[i] = np.float32(0.0)
+                        tot[i] = np.float32(0.0)
+                    for j in range(kb):  # st = 2**(st - base), tot = its column sums
+                        sdpa_exp2row(st, j * w, base, tot, w // 16)
+                    for i in range(mr):
+                        ll[r0 + i] += tot[i]
                 if vpad:
                     for j in range(kb):
                         for c2 in range(hv):
@@ -209,6 +190,60 @@ def {name}(q, k, v, bias, out, scale2, {window}bq, bk, bd, parts):
                 for c2 in range(hv):
                     out[n, h, i0 + i, c2] = acc[i * hvp + c2] * inv
 """
+
+
+FUSED = """\
+                # after a row's first block, unmasked blocks take their 2**x in the score blocks themselves
+                # (sdpa_qk…e): st is written once, instead of written, read for the maxima, then read and written
+                # again; if a score outgrew its row's reference by more than REBASE, the block is redone the plain way
+                fused = {fusable} and 1 <= c < nbulk
+                if fused:
+                    for i in range(w):
+                        base[i] = mx[r0 + i] if i < mr and mx[r0 + i] > np.float32(-np.inf) else np.float32(0.0)
+                        tot[i] = np.float32(0.0)
+                        top[i] = np.float32(-np.inf)
+{loop}\
+                    for i in range(mr):
+                        if top[i] > mx[r0 + i] + np.float32({rebase}):
+                            fused = False
+                    if fused:
+                        for i in range(mr):
+                            ll[r0 + i] += tot[i]
+                if not fused:
+{plain}\
+"""
+
+SCORE_LOOP = """\
+                # scores st[j·w + i] = k[j0 + j] · q[i0 + r0 + i], in blocks of 6 keys × 64 queries
+                # (× 32 for the block's last 32 queries; the last keys one by one)
+                for i in range(0, w, 64):
+                    wide = i + 64 <= w
+                    j = 0
+                    while j < kb:
+                        at, kat = j * w + i, koff + (j0 + j) * hd
+                        if j + 6 <= kb:
+                            if wide:
+                                sdpa_qk6x64(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
+                            else:
+                                sdpa_qk6x32(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
+                            j += 6
+                        else:
+                            if wide:
+                                sdpa_qk1x64(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
+                            else:
+                                sdpa_qk1x32(qt, r0 + i, bqp, k, kat, hd, st, at, w, hd)
+                            j += 1
+"""
+
+
+def _score_loop(fused: bool) -> str:
+    """The block's score loop, 4 spaces in (under an ``if``): plain, or with the 2**x (the four blocks' ``e`` forms)."""
+    text = SCORE_LOOP
+    if fused:
+        for block in ("sdpa_qk6x64", "sdpa_qk6x32", "sdpa_qk1x64", "sdpa_qk1x32"):
+            text = text.replace(block + "(", block + "e(")
+        text = text.replace("st, at, w, hd)", "st, at, w, hd, base, tot, top, i)")
+    return "".join("    " + line if line.strip() else line for line in text.splitlines(True))
 
 FULL_CHUNKS = """\
             lo, bend = 0, ns  # every row sees every key: whole tiles only
@@ -264,7 +299,11 @@ def sdpa_kernel(causal: bool, bias: bool, window: bool = False) -> Kernel:
     else:
         chunks = FULL_CHUNKS
     keys = ("max(min(i0 + bq, nt, ns) - " + ("max(i0 - window + 1, 0)" if window else "0") + ", 0)") if causal else "ns"
-    src = SDPA.format(jit=JIT, name=name, mask=mask, chunks=chunks, window="window, " if window else "", keys=keys,
+    # a bias or a window's edge may hide scores of any block: those kernels keep the plain blocks
+    scores = FUSED.format(fusable=not bias and not window, loop=_score_loop(True), plain=_score_loop(False),
+                          rebase=REBASE)
+    src = SDPA.format(jit=JIT, name=name, mask=mask, scores=scores, chunks=chunks, window="window, " if window else "",
+                      keys=keys,
                       diag_j0="max(i0, i0 + r0 - window + 1)" if window else "i0", rebase=REBASE)
     args = (A4, A4, A4, A4, A4, F32) + ((I64,) if window else ()) + (I64, I64, I64, I64)
     return Kernel(name, src, args)

@@ -129,42 +129,59 @@ def vec_loop(builder, count, inits, body):
 '''
 
 SIMD_QK = '''\
-def simd_qk(name, keys, width):
+def simd_qk(name, keys, width, exp=False):
     \"\"\"The score block s[so + j·lds + c] = Σ_d qt[qo + d·ldq + c] · k[ko + j·ldk + d] for
     j < ``keys`` keys, c < ``width`` queries, d < depth (>= 1): the queries in as many passes
-    as the registers need (one on AVX-512), each over the whole depth.\"\"\"
-    def typer(typingctx, qt, qo, ldq, k, ko, ldk, s, so, lds, depth):
-        def codegen(context, builder, sig, args):
-            i64 = llvm_ir.IntType(64)
-            lanes, budget = vec_shape(context)
-            qt_, k_, s_ = (vec_ptr(context, builder, sig.args[a], args[a]) for a in (0, 3, 6))
-            qo_, ldq_, ko_, ldk_, so_, lds_, depth_ = (args[a] for a in (1, 2, 4, 5, 7, 8, 9))
-            rows = [builder.add(ko_, builder.mul(llvm_ir.Constant(i64, j), ldk_)) for j in range(keys)]
-            vectors = width // lanes
-            per = max(1, min(vectors, budget // keys))
-            for first in range(0, vectors, per):
-                cols = range(first, min(first + per, vectors))
+    as the registers need (one on AVX-512), each over the whole depth. ``exp``: four more
+    arguments (base, tot, top, co), and what is stored is 2**(s − base[co + c]), while
+    tot[co + c] adds the stored values (key after key) and top[co + c] keeps the largest score.\"\"\"
+    def codegen(context, builder, sig, args):
+        i64 = llvm_ir.IntType(64)
+        lanes, budget = vec_shape(context)
+        qt_, k_, s_ = (vec_ptr(context, builder, sig.args[a], args[a]) for a in (0, 3, 6))
+        qo_, ldq_, ko_, ldk_, so_, lds_, depth_ = (args[a] for a in (1, 2, 4, 5, 7, 8, 9))
+        rows = [builder.add(ko_, builder.mul(llvm_ir.Constant(i64, j), ldk_)) for j in range(keys)]
+        vectors = width // lanes
+        per = max(1, min(vectors, budget // keys))
+        for first in range(0, vectors, per):
+            cols = range(first, min(first + per, vectors))
 
-                def step(d, accs, cols=cols):
-                    at = builder.add(qo_, builder.mul(d, ldq_))
-                    qv = [vec_load(builder, lanes, qt_, builder.add(at, llvm_ir.Constant(i64, lanes * c)))
-                          for c in cols]
-                    out = []
-                    for j in range(keys):
-                        kv = vec_splat(builder, lanes, k_, builder.add(rows[j], d))
-                        out += [vec_fma(builder, q, kv, accs[j * len(qv) + a]) for a, q in enumerate(qv)]
-                    return out
-
-                zero = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.FloatType(), lanes), [0.0] * lanes)
-                accs = vec_loop(builder, depth_, [zero] * (keys * len(cols)), step)
+            def step(d, accs, cols=cols):
+                at = builder.add(qo_, builder.mul(d, ldq_))
+                qv = [vec_load(builder, lanes, qt_, builder.add(at, llvm_ir.Constant(i64, lanes * c)))
+                      for c in cols]
+                out = []
                 for j in range(keys):
-                    at = builder.add(so_, builder.mul(llvm_ir.Constant(i64, j), lds_))
-                    for a, c in enumerate(cols):
-                        to = builder.add(at, llvm_ir.Constant(i64, lanes * c))
-                        vec_store(builder, accs[j * len(cols) + a], s_, to)
-            return context.get_dummy_value()
-        n = numba_types.intp
-        return numba_types.void(qt, n, n, k, n, n, s, n, n, n), codegen
+                    kv = vec_splat(builder, lanes, k_, builder.add(rows[j], d))
+                    out += [vec_fma(builder, q, kv, accs[j * len(qv) + a]) for a, q in enumerate(qv)]
+                return out
+
+            zero = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.FloatType(), lanes), [0.0] * lanes)
+            accs = vec_loop(builder, depth_, [zero] * (keys * len(cols)), step)
+            ats = [builder.add(so_, builder.mul(llvm_ir.Constant(i64, j), lds_)) for j in range(keys)]
+            for a, c in enumerate(cols):
+                if exp:  # the column's base, sum and maximum, then each key's score in turn
+                    base_, tot_, top_ = (vec_ptr(context, builder, sig.args[i], args[i]) for i in (10, 11, 12))
+                    cat = builder.add(args[13], llvm_ir.Constant(i64, lanes * c))
+                    base, tot, top = (vec_load(builder, lanes, x, cat) for x in (base_, tot_, top_))
+                for j in range(keys):
+                    value = accs[j * len(cols) + a]
+                    if exp:
+                        top = builder.select(vec_exact(builder.fcmp_ordered(">", value, top)), value, top)
+                        value = vec_exp2(builder, vec_exact(builder.fsub(value, base)))
+                        tot = vec_exact(builder.fadd(tot, value))
+                    vec_store(builder, value, s_, builder.add(ats[j], llvm_ir.Constant(i64, lanes * c)))
+                if exp:
+                    vec_store(builder, tot, tot_, cat)
+                    vec_store(builder, top, top_, cat)
+        return context.get_dummy_value()
+    n = numba_types.intp
+    if exp:
+        def typer(typingctx, qt, qo, ldq, k, ko, ldk, s, so, lds, depth, base, tot, top, co):
+            return numba_types.void(qt, n, n, k, n, n, s, n, n, n, base, tot, top, n), codegen
+    else:
+        def typer(typingctx, qt, qo, ldq, k, ko, ldk, s, so, lds, depth):
+            return numba_types.void(qt, n, n, k, n, n, s, n, n, n), codegen
     typer.__name__ = name
     return intrinsic(typer)
 '''
@@ -228,6 +245,27 @@ def simd_pv(name, rows, width, fresh=False, ahead=0, stream=0, table=False):
 # as close as NumPy's own exp2
 EXP2_POLY = (1.5353362e-4, 1.3398875e-3, 9.6184369e-3, 5.5503324e-2, 2.4022648e-1, 6.9314718e-1, 1.0)
 
+VEC_EXP2 = '''\
+def vec_exp2(builder, t):
+    \"\"\"2**t lane by lane, every exponent <= 127 (below −127, and −inf: 0; NaN stays NaN): a rounding by a
+    magic constant, the polynomial on the remainder, and the integer part shifted into the exponent field.\"\"\"
+    vec = t.type
+    lanes = vec.count
+    ivec = llvm_ir.VectorType(llvm_ir.IntType(32), lanes)
+    floor = llvm_ir.Constant(vec, [-127.0] * lanes)
+    # 1.5·2**23 + 127: adding it rounds t to an integer k and leaves k + 127 in the low bits
+    magic = llvm_ir.Constant(vec, [12583039.0] * lanes)
+    t = builder.select(vec_exact(builder.fcmp_ordered("<", t, floor)), floor, t)  # NaN stays NaN
+    y = vec_exact(builder.fadd(t, magic))  # t in [-127, 127]: k = rint(t), exactly
+    f = vec_exact(builder.fsub(t, vec_exact(builder.fsub(y, magic))))  # t − k, in [-1/2, 1/2]
+    p = llvm_ir.Constant(vec, [EXP2_POLY[0]] * lanes)
+    for coefficient in EXP2_POLY[1:]:
+        p = vec_fma(builder, p, f, llvm_ir.Constant(vec, [coefficient] * lanes))
+    # 2**k: k + 127 shifted into the exponent field (the magic's other bits shift out); k = -127 gives 0
+    bits = builder.shl(builder.bitcast(y, ivec), llvm_ir.Constant(ivec, [23] * lanes))
+    return vec_exact(builder.fmul(p, builder.bitcast(bits, vec)))
+'''.replace("EXP2_POLY[0]", repr(EXP2_POLY[0])).replace("EXP2_POLY[1:]", repr(EXP2_POLY[1:]))
+
 SIMD_EXP2 = '''\
 def simd_exp2(name):
     \"\"\"s[so + c] = 2**(s − base[c]) and tot[c] += that, for c < 16·groups: one row of a score
@@ -236,28 +274,15 @@ def simd_exp2(name):
         def codegen(context, builder, sig, args):
             i64 = llvm_ir.IntType(64)
             lanes = vec_shape(context)[0]
-            vec = llvm_ir.VectorType(llvm_ir.FloatType(), lanes)
-            ivec = llvm_ir.VectorType(llvm_ir.IntType(32), lanes)
             s_, base_, tot_ = (vec_ptr(context, builder, sig.args[a], args[a]) for a in (0, 2, 3))
             so_, groups_ = args[1], args[4]
-            floor = llvm_ir.Constant(vec, [-127.0] * lanes)
-            # 1.5·2**23 + 127: adding it rounds t to an integer k and leaves k + 127 in the low bits
-            magic = llvm_ir.Constant(vec, [12583039.0] * lanes)
 
             def step(g, _):
                 for part in range(16 // lanes):
                     lane = builder.add(builder.mul(g, llvm_ir.Constant(i64, 16)), llvm_ir.Constant(i64, lanes * part))
                     at = builder.add(so_, lane)
                     t = vec_exact(builder.fsub(vec_load(builder, lanes, s_, at), vec_load(builder, lanes, base_, lane)))
-                    t = builder.select(vec_exact(builder.fcmp_ordered("<", t, floor)), floor, t)  # NaN stays NaN
-                    y = vec_exact(builder.fadd(t, magic))  # t in [-127, 127]: k = rint(t), exactly
-                    f = vec_exact(builder.fsub(t, vec_exact(builder.fsub(y, magic))))  # t − k, in [-1/2, 1/2]
-                    p = llvm_ir.Constant(vec, [EXP2_POLY[0]] * lanes)
-                    for coefficient in EXP2_POLY[1:]:
-                        p = vec_fma(builder, p, f, llvm_ir.Constant(vec, [coefficient] * lanes))
-                    # 2**k: k + 127 shifted into the exponent field (the magic's other bits shift out); k = -127 gives 0
-                    bits = builder.shl(builder.bitcast(y, ivec), llvm_ir.Constant(ivec, [23] * lanes))
-                    e = vec_exact(builder.fmul(p, builder.bitcast(bits, vec)))
+                    e = vec_exp2(builder, t)
                     vec_store(builder, e, s_, at)
                     total = vec_exact(builder.fadd(vec_load(builder, lanes, tot_, lane), e))
                     vec_store(builder, total, tot_, lane)
@@ -269,7 +294,7 @@ def simd_exp2(name):
         return numba_types.void(s, n, base, tot, n), codegen
     typer.__name__ = name
     return intrinsic(typer)
-'''.replace("EXP2_POLY[0]", repr(EXP2_POLY[0])).replace("EXP2_POLY[1:]", repr(EXP2_POLY[1:]))
+'''
 
 SDPA_EXP2 = f'''\
 @njit(cache=True, error_model="numpy")
@@ -286,6 +311,8 @@ def sdpa_exp2(t):
 BLOCKS = {
     **{f"sdpa_qk{j}x{w}": f'sdpa_qk{j}x{w} = simd_qk("sdpa_qk{j}x{w}", {j}, {w})  # {j} keys × {w} queries\n'
        for j in (6, 1) for w in (64, 32)},
+    **{f"sdpa_qk{j}x{w}e": f'sdpa_qk{j}x{w}e = simd_qk("sdpa_qk{j}x{w}e", {j}, {w}, exp=True)  # and 2**x\n'
+       for j in (6, 1) for w in (64, 32)},
     **{f"sdpa_pv{r}x{w}": f'sdpa_pv{r}x{w} = simd_pv("sdpa_pv{r}x{w}", {r}, {w})  # {r} queries × {w} columns\n'
        for r in (6, 2) for w in (64, 16)},
     "sdpa_exp2row": 'sdpa_exp2row = simd_exp2("sdpa_exp2row")  # a row of a score block\n',
@@ -293,7 +320,7 @@ BLOCKS = {
 # in the order the module needs them: a block's builder is called when the module is imported
 SOURCES = {"vec_ptr": VEC_PTR, "vec_shape": VEC_SHAPE, "vec_load": VEC_LOAD, "vec_store": VEC_STORE,
            "vec_splat": VEC_SPLAT, "vec_fma": VEC_FMA, "vec_prefetch": VEC_PREFETCH, "vec_exact": VEC_EXACT,
-           "vec_loop": VEC_LOOP,
+           "vec_loop": VEC_LOOP, "vec_exp2": VEC_EXP2,
            "simd_qk": SIMD_QK, "simd_pv": SIMD_PV, "simd_exp2": SIMD_EXP2, **BLOCKS, "sdpa_exp2": SDPA_EXP2}
 
 
