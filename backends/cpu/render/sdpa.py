@@ -9,7 +9,10 @@ intrinsics of :mod:`.sdpa_simd`, straight on the kernel's own buffers: the score
 transposed (sᵀ[j, i]: key j, query i), so the softmax's maxima, exponentials and sums run
 down the key axis, elementwise across queries, on whole vectors. The query tile is scaled by
 scale·log2(e) once, so scores are in log2 units and every exponential is a 2**x
-(``sdpa_exp2row``: a polynomial and an exponent shift, no libm call).
+(``sdpa_exp2row``: a polynomial and an exponent shift, no libm call). After a row's first
+block, an unmasked block's score blocks (``sdpa_qk…e``) store that 2**x, its column sums and the
+column maxima themselves, while the scores are in registers (1.05×, causal 1.08× at T = 4,096);
+a block with a score that outgrew its row's reference is redone the plain way.
 
 A task is 128 queries against tiles of 256 keys (larger query tiles read the keys and
 values fewer times but measured no faster: every tile stays in L2). The tasks go row by row
