@@ -4,7 +4,8 @@ result of the same size, and let element-wise kernels write over an operand that
 The liveness model is the analysis pass's (:mod:`irc.analysis.memory`): a value lives from
 the node that makes it to its last reader; a view keeps the buffer it views alive. Here the
 views are the ops this backend renders as NumPy views (reshape, flatten, identity,
-dropout); every other result is a buffer the driver allocated (``np.empty``) and owns.
+dropout); every other result is a buffer the driver allocated (``np.empty``; float32 ones through
+``empty64``, on a cache line, :mod:`irc.backends.cpu.aligned`) and owns.
 Inputs and weights belong to the caller and graph outputs to the result: never reused within a run.
 A graph output's own buffer comes from ``output_buffer``: the caller may offer the buffer an earlier run
 returned, once nothing else holds it (CompiledGraph does), so a large output (GPT-2's logits, 51 MB at
