@@ -92,6 +92,9 @@ def build_parts(graph: Graph) -> tuple[CudaParts, dict[str, tuple[int, ...]], di
     types = graph.value_types()
     var: dict[str, int] = {}
     dying = last_uses(graph)
+    # Inputs keep their slots for the whole pass (never released), so ``launch`` can run again
+    # on what ``load`` put there: a benchmark loop or a replayed pass needs no reload.
+    inputs = {node.outputs[0] for node in graph.inputs()}
     for i, node in enumerate(graph.nodes):
         op = canonical_name(node.op)
         if op == "input":
@@ -113,7 +116,8 @@ def build_parts(graph: Graph) -> tuple[CudaParts, dict[str, tuple[int, ...]], di
         var.update(zip(node.outputs, outs))
         parts.plan.end_node()
         for v in dying.get(i, []):
-            parts.plan.release(var[v])
+            if v not in inputs:
+                parts.plan.release(var[v])
     items = ", ".join(f"{str_literal(label)}: V[{var[v]}]" for label, v in graph.outputs)
     parts.line(f"return {{{items}}}")
     return parts, shapes, var
