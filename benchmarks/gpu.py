@@ -2,10 +2,11 @@
 """The CUDA backend on a GPU: every kernel checked at full size against torch, and timed
 against torch on the same card in the same run. Results go to benchmarks/RESULTS-gpu.md.
 
-Run from the repository root on a machine with an NVIDIA GPU, torch (CUDA) and numba-cuda
-(irc need not be installed, and lark is not needed: graphs are built from IR text):
+Run from the repository root on a machine with an NVIDIA GPU, torch (CUDA), numba-cuda, and
+lark and transformers for the zoo case (irc need not be installed; the kernel cases build their
+graphs from IR text, the zoo reads .arch files and Hugging Face checkpoints):
 
-    python3 benchmarks/gpu.py                 # everything: about 5 minutes on an H200
+    python3 benchmarks/gpu.py                 # everything: about 7.5 minutes on an H200
     python3 benchmarks/gpu.py --quick         # no variant sweeps, no CPU-backend run
     python3 benchmarks/gpu.py --only norm,attention
     NUMBA_ENABLE_CUDASIM=1 python3 benchmarks/gpu.py --dry-run   # tiny sizes, simulator, CPU torch

@@ -18,7 +18,7 @@ from gpu_suite.harness import GraphCase, Report, Row, guarded, status
 from irc.backends.cuda.render.gemm_src import TILES as GEMM_TILES
 from irc.backends.cuda.render.gemm_src import GemmSpec, gemm_kernel
 from irc.backends.cuda.render.sdpa_src import TILES as ATTN_TILES
-from irc.backends.cuda.render.sdpa_src import AttnSpec, sdpa_kernel
+from irc.backends.cuda.render.sdpa_src import AttnSpec, pick_tile, sdpa_kernel
 from irc.backends.cuda.standalone import load_kernels
 
 
@@ -92,7 +92,7 @@ def _attention_fp16(report: Report, args: argparse.Namespace) -> None:
     gen = fresh_generator()
     q, k, v = (randn(b, h, t, d, gen=gen, dtype=torch.float16) for _ in range(3))
     out = torch.full((b, h, t, d), float("nan"), dtype=torch.float16, device=DEV)
-    run = _launch_sdpa(AttnSpec(ATTN_TILES["narrow"], d, d, True, False, "shared" if SIM else "shuffle"),
+    run = _launch_sdpa(AttnSpec(pick_tile(d), d, d, True, False, "shared" if SIM else "shuffle"),
                        q, k, v, out, report)
     _first_run(report, "k_sdpa fp16 (lazy, first launch)", run)
     err = rel_err(out, F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True))

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from gpu_suite.cases_matmul import case_attention, case_attention_sweep, case_gemm, case_gemm_sweep
 from gpu_suite.cases_rows import case_ceilings, case_launch, case_norms, case_small_ops, case_softmax
+from gpu_suite.cases_zoo import case_zoo
 from gpu_suite.device import ROOT, SIM
 from gpu_suite.gpt2 import case_gpt2
 from gpu_suite.harness import Report, guarded, log
@@ -27,6 +28,7 @@ CASES: dict[str, Callable[[Report, argparse.Namespace], None]] = {
     "attention": case_attention,
     "gemm": case_gemm,
     "gpt2": case_gpt2,
+    "zoo": case_zoo,
     "softmax": case_softmax,
     "small": case_small_ops,
     "launch": case_launch,

@@ -84,6 +84,14 @@ def targets(report: Report) -> list[str]:
                      " vs CPU backend "
                      f"{report.facts['gpt2_cpu_s']:.1f} s = {ratio:.0f}x (target ≥ 20x): "
                      f"{'met' if ratio >= 20 else 'NOT met'}")
+    if "gpt2_gpu_ms" in report.facts and report.facts.get("gpt2_torch_ms"):
+        ratio = report.facts["gpt2_gpu_ms"] / report.facts["gpt2_torch_ms"]
+        lines.append(f"- {report.facts.get('gpt2_case', 'GPT-2 small forward')}: GPU time "
+                     f"{report.facts['gpt2_gpu_ms']:.1f} ms vs torch eager fp32 {report.facts['gpt2_torch_ms']:.1f} ms"
+                     f" = {ratio:.2f}x torch's time (target ≤ 2x): {'met' if ratio <= 2 else 'NOT met'}")
+    for name, z in report.facts.get("zoo", {}).items():
+        lines.append(f"- {name} forward: {z['ms']:.1f} ms vs torch eager fp32 {z['torch_ms']:.1f} ms = "
+                     f"{z['torch_ms'] / z['ms']:.2f}x torch (no target set; GPT-2's ≤ 2x is the bar)")
     return lines or ["- (no target case ran)"]
 
 
