@@ -56,7 +56,7 @@ def test_generated_module_is_readable_python():
         "k_layernorm_g_b_d8__shuffle", "k_layernorm_g_b_d8__shared",  # both reduction paths
         "k_gemm_nt_32x32x8_split3",  # Q, K, V: one GEMM over the merged weights, three results
         "k_copy4",  # the head transposes: [B, T, H, d] <-> [B, H, T, d]
-        "k_sdpa_d4_8x8x8x8_causal__shuffle", "k_sdpa_d4_8x8x8x8_causal__shared",
+        "k_sdpa_d4_16x8x4x8_causal__shuffle", "k_sdpa_d4_16x8x4x8_causal__shared",
         "k_gemm_nt_32x32x8",
         "k_add_layernorm_g_b_nosum_d8__shuffle", "k_add_layernorm_g_b_nosum_d8__shared",  # fused; sum unread
     ]

@@ -184,8 +184,8 @@ def test_attention_layers(cuda_cache):
     # a table of its own (rel_buckets) keeps the layer op; an attn_bias operand fuses into sdpa's bias
     assert fused.count("sdpa") == 8 and fused.count("attention") == 4
     text = compiled.source
-    assert "k_sdpa_d8_8x8x8x8_causal_bias" in text and "k_rope" in text
-    assert "k_sdpa_d8_8x8x8x8_causal_window_bias" in text and "k_causal_mask_window" in text
+    assert "k_sdpa_d8_16x8x4x8_causal_bias" in text and "k_rope" in text
+    assert "k_sdpa_d8_16x8x4x8_causal_window_bias" in text and "k_causal_mask_window" in text
     check_graph(compiled, graph)
 
 

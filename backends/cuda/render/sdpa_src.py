@@ -56,6 +56,10 @@ class AttnTile:
 # small spill at width 64). wide: 128 threads, 8×4 (no spill at widths 64 and 128).
 # compact: 128 threads, 4×8, half the accumulators (more warps per multiprocessor).
 # benchmarks/gpu.py times all three; IRC_CUDA_ATTN_TILE picks one for a whole model.
+# The defaults are the H200 sweep's winners (benchmarks/RESULTS-gpu.md, 2026-12-04; causal,
+# B8 H16 T1024 d64 and B4 H32 T2048 d128): compact at width 64 (2.91 ms against narrow's
+# 3.55, wide's 2.99), wide at 128 (19.7 ms, compact 19.9, narrow 30.0). Launch bounds
+# (min_blocks 2) moved no time by more than 0.5 %, so none are asked for.
 TILES = {"narrow": AttnTile(8, 8, 8, 8), "wide": AttnTile(8, 16, 8, 4), "compact": AttnTile(16, 8, 4, 8)}
 TILE_ENV = "IRC_CUDA_ATTN_TILE"
 
@@ -66,7 +70,7 @@ def pick_tile(hdv: int) -> AttnTile:
         if forced not in TILES:
             raise IrcError(f"{TILE_ENV}={forced!r}: expected one of {', '.join(TILES)}")
         return TILES[forced]
-    return TILES["narrow"] if hdv <= 64 else TILES["wide"]
+    return TILES["compact"] if hdv <= 64 else TILES["wide"]
 
 
 def _divisor(n: int, options: tuple[int, ...]) -> int:
