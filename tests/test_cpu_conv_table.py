@@ -2,9 +2,9 @@
 offsets, no im2col) against the NumPy reference in float64.
 
 Shapes cross its boundaries: strides 1, 2 and 3 and a rectangular one, dilation, rectangular and even kernels,
-1 and 15 input channels (16 take the tap sum), output channels that end part-way through a 6-row strip, conv1d
-(H = 1), a batch, BatchNorm folded with a residual and ReLU; and, calling the kernel directly, every thread
-count from 1 to 7 with blocks of 64 to 512 positions on work buffers that start as NaN.
+1 and 15 input channels (16 take conv_direct.py's product), output channels that end part-way through a 6-row
+strip, conv1d (H = 1), a batch, BatchNorm folded with a residual and ReLU; and, calling the kernel directly,
+every thread count from 1 to 7 with blocks of 64 to 512 positions on work buffers that start as NaN.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from test_cpu_backend_helpers import assert_matches, build, cpu_cache, random_in
 from test_cpu_conv_taps import _bn_weights  # BatchNorm statistics and affine terms far from the identity
 
 from irc.backends.cpu import compile_graph
-from irc.backends.cpu.render import conv_table
+from irc.backends.cpu.render import conv_direct, conv_table, conv_taps
 from irc.pipeline import run_passes
 
 _ = cpu_cache
@@ -48,9 +48,11 @@ def test_table_convolutions_match_reference(b, cpu_cache):
     assert_matches(compiled.run(w, x), reference(graph, w, x))
 
 
-def test_sixteen_channels_take_the_tap_sum(cpu_cache):
-    """The boundary: from conv_taps.MIN_CHANNELS channels a tap's GEMM is deep enough, and a grid wider than
-    5/4 of the output row (a 9×9 window on a 13-wide map) goes to the exact panel."""
+def test_sixteen_channels_take_the_direct_product(cpu_cache):
+    """The boundary: from conv_taps.MIN_CHANNELS channels (conv_direct.MIN_CHANNELS too) a convolution of a
+    weight known at load leaves the table for conv_direct.py's product, and a grid wider than 5/4 of the output
+    row (a 9×9 window on a 13-wide map) goes to the exact panel."""
+    assert conv_direct.MIN_CHANNELS == conv_taps.MIN_CHANNELS == 16
     graph = build("""
 model table_edges(B) {
   input x: f32[B, 16, 30, 28]
@@ -60,7 +62,7 @@ model table_edges(B) {
 }
 """, B=1)
     compiled = compile_graph(graph, cache_dir=cpu_cache)
-    assert [k for k in dir(compiled.module) if k.startswith("k_")] == ["k_conv_cols_none", "k_conv_taps_none"]
+    assert [k for k in dir(compiled.module) if k.startswith("k_")] == ["k_conv_cols_none", "k_conv_direct_none"]
     w, x = random_weights(graph), random_inputs(graph)
     assert_matches(compiled.run(w, x), reference(graph, w, x))
 

@@ -2,7 +2,9 @@
 a GEMM per tap read in place from phase planes) and the exact im2col panel (conv_cols.py: the few-channel
 stem and small maps, where the tap sum's grid would waste columns). Every input of the family has at least
 conv_taps.MIN_CHANNELS channels or a stride, so every convolution here that is not a 3×3 of stride 1 takes
-one of the two.
+one of the two, or, for a weight known at load of more than one tap, conv_direct.py's product
+(test_cpu_conv_direct.py): the tap sum then still serves weights computed on every run, and is called
+directly on those shapes here, on its weight both as it is and in 6-row strips.
 
 Shapes cross their boundaries: strides 2 and 3 (phase planes, some unread: a 1×1 of stride 2 reads one of
 four), padding on every side, dilation, rectangular and even kernels, windows wider than the map, 1×1 of
@@ -20,6 +22,7 @@ from test_cpu_backend_helpers import assert_matches, build, cpu_cache, random_in
 
 from irc.backends.cpu import compile_graph
 from irc.backends.cpu.render import conv_taps
+from irc.backends.cpu.render.conv import _pads, _pair, _spatial
 from irc.pipeline import run_passes
 
 _ = cpu_cache
@@ -50,15 +53,53 @@ model taps_family(B) {
 """
 
 
+def _window(node) -> tuple[int, ...]:
+    """(kh, kw, sh, sw, ph, pw, dh, dw) of a conv2d or conv1d node (1-D as 2-D with H = 1)."""
+    nd = 2 if node.op == "conv2d" else 1
+    k, s, d = (_pair(node.attrs[key], nd) for key in ("kernel", "stride", "dilation"))
+    pads = _pads(node.attrs["padding"], k, d, nd)
+    return (*_spatial(nd, k, 1), *_spatial(nd, s, 1), *_spatial(nd, pads, 0), *_spatial(nd, d, 1))
+
+
+def _tap_sum(module, node, w, x, want_shape, packed: int, parts: int) -> np.ndarray:
+    """``node``'s convolution by k_conv_taps_none called directly: its weight in (ki, kj, c) order, in 6-row
+    strips too when ``packed``, on a work buffer of the driver's size for ``parts`` threads that starts as NaN."""
+    kh, kw, sh, sw, ph, pw, dh, dw = geometry = _window(node)
+    src = x[node.inputs[0]]
+    x4 = src if src.ndim == 4 else src[:, :, None, :]
+    weight = w[f"{node.weights}.weight"]
+    co, ci = weight.shape[:2]
+    wt = np.ascontiguousarray(weight.reshape(co, ci, kh, kw).transpose(0, 2, 3, 1).reshape(co, kh * kw * ci))
+    has_bias = int(f"{node.weights}.bias" in w)
+    bias = w[f"{node.weights}.bias"] if has_bias else np.zeros(co, np.float32)
+    out = np.full(want_shape, np.nan, np.float32)
+    out4 = out if out.ndim == 4 else out.reshape(out.shape[0], co, 1, -1)
+    size = eval(conv_taps.work_size(geometry, x4.shape, out4.shape), {"get_num_threads": lambda: parts})
+    work = np.full(size, np.nan, np.float32)
+    module.k_conv_taps_none(x4, wt, bias, out4.reshape(out.shape[0], co, -1), out4, work,
+                            module.gemm_pack6(wt, co, wt.shape[1]), packed, sh, sw, ph, pw, dh, dw, kh, kw, has_bias,
+                            0, conv_taps.block(co), parts)
+    return out
+
+
 @pytest.mark.parametrize("b", [1, 3])
 def test_tap_sum_convolutions_match_reference(b, cpu_cache):
+    """Compiled, the family's convolutions of more than one tap take conv_direct.py's product and its 1×1 of
+    stride 1 the tap sum; the tap sum is then called directly on every one of those larger kernels too."""
     graph = build(FAMILY, B=b)
     w, x = random_weights(graph), random_inputs(graph)
     compiled = compile_graph(graph, cache_dir=cpu_cache)
     # the stem: conv_table.py's kernel, but in a batch of maps this small one panel of the batch (conv_cols.py)
-    kernels = ["k_conv_cols_none"] + ["k_conv_table_none"] * (b == 1) + ["k_conv_taps_none"]
+    kernels = ["k_conv_cols_none", "k_conv_direct_none"] + ["k_conv_table_none"] * (b == 1) + ["k_conv_taps_none"]
     assert [k for k in dir(compiled.module) if k.startswith("k_")] == kernels
-    assert_matches(compiled.run(w, x), reference(graph, w, x))
+    want = reference(graph, w, x)
+    assert_matches(compiled.run(w, x), want)
+    taps = [n for n in graph.nodes if n.op in ("conv1d", "conv2d") and n.inputs[0] != "rgb"
+            and _window(n)[0] * _window(n)[1] > 1]
+    assert len(taps) == 11
+    got = {f"{n.outputs[0]}/{packed}": _tap_sum(compiled.module, n, w, x, want[n.outputs[0]].shape, packed, b + 1)
+           for n in taps for packed in (0, 1)}
+    assert_matches(got, {k: want[k.split("/")[0]] for k in got})
 
 
 SPLIT = """
@@ -86,7 +127,8 @@ def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
     graph = build(SPLIT, B=b)
     w, x = random_weights(graph), random_inputs(graph)
     module = compile_graph(graph, cache_dir=cpu_cache).module
-    kernels = ["k_conv_cols_none"] + ["k_conv_table_none"] * (b == 1) + ["k_conv_taps_none"]  # the stem at B = 1
+    # compiled, the 3×3s take conv_direct.py's product and the stem at B = 1 the table; called directly below
+    kernels = ["k_conv_cols_none", "k_conv_direct_none"] + ["k_conv_table_none"] * (b == 1) + ["k_conv_taps_none"]
     assert [k for k in dir(module) if k.startswith("k_")] == kernels
     want = reference(graph, w, x)
 
@@ -156,16 +198,17 @@ def _bn_weights(graph, seed: int = 3) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("b", [1, 2])
 def test_folded_convolutions_with_residual_and_relu(b, cpu_cache):
-    """conv2d_bn at B = 1 through the tap sum (the 3×3/2 on its packed weight, the 1×1/1 by BLAS in place)
-    and the panel (the 1×1/2, its weight packed); at B = 2 (small maps) all three through the panel."""
+    """conv2d_bn: the 3×3/2 on its packed weight through conv_direct.py's product at any batch, the 1×1/2
+    through the panel (its weight packed), the 1×1/1 through the tap sum (by BLAS in place) at B = 1 and the
+    panel at B = 2 (small maps). The tap sum's epilogue after a grid (the residual read there, a 3×3's) is
+    test_conv2d_bn_folds_computed_operands_on_every_run's."""
     graph = build(FOLD, B=b)
     folded = run_passes(graph, ["fuse", "fold-bn"])
     fused = [n for n in folded.nodes if n.op == "conv2d_bn"]
     assert len(fused) == 3 and sum(len(n.inputs) == 7 for n in fused) == 2
     w, x = _bn_weights(graph), random_inputs(graph)
     compiled = compile_graph(folded, cache_dir=cpu_cache)
-    kinds = {"k_conv_taps_relu", "k_conv_cols_relu", "k_conv_taps_none"} if b == 1 else {"k_conv_cols_relu",
-                                                                                       "k_conv_cols_none"}
+    kinds = {"k_conv_direct_relu", "k_conv_cols_relu", "k_conv_taps_none" if b == 1 else "k_conv_cols_none"}
     assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == kinds
     got = compiled.run(w, x)
     assert_matches(got, reference(graph, w, x), tol=1e-5)
@@ -235,12 +278,12 @@ model small_maps(B) {
 """
 
 
-def test_batches_of_small_maps_take_the_tap_sum_from_128_outputs(cpu_cache):
-    """In a batch, a packed 3×3/2 to a 12×12 map (144 outputs) runs the tap sum per image (ResNet-18's
-    14×14 at B = 8: 1.1× the batch's panel); to 7×7 (49) the panel of the whole batch."""
+def test_batches_of_small_maps_take_the_direct_product(cpu_cache):
+    """In a batch, a packed 3×3/2 takes conv_direct.py's product whatever its map: to a 12×12 map (144
+    outputs, where the tap sum ran per image before it) and to 7×7 (49, where the batch's panel ran)."""
     graph = build(SMALL_MAPS, B=3)
     folded = run_passes(graph, ["fuse", "fold-bn"])
     compiled = compile_graph(folded, cache_dir=cpu_cache)
-    assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == {"k_conv_taps_relu", "k_conv_cols_none"}
+    assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == {"k_conv_direct_relu", "k_conv_direct_none"}
     w, x = _bn_weights(graph), random_inputs(graph)
     assert_matches(compiled.run(w, x), reference(graph, w, x), tol=1e-5)
