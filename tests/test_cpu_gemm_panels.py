@@ -59,10 +59,10 @@ def assert_every_split_matches(kernel, x: np.ndarray, wp: np.ndarray, b: np.ndar
 
 
 # (m, n, k): 17 rows (the first past gemm_stream's SMALL_M) with 7 panels, the last of 60 columns; 21 whole strips
-# by 3 whole panels, K in 2 blocks of KC (128 + 72); 128 rows (ROWS_MAX: a partial strip) by a whole and a
-# partial panel, K = 3000 in 2 blocks of the L2 size (2048 + 952); 40 rows by one panel (fewer panels than
-# threads: by rows); 250 rows (a small weight past ROWS_MAX), K = 1100 in 2 blocks of the L2 size (1024 + 76)
-@pytest.mark.parametrize("shape", [(17, 444, 40), (126, 192, 200), (128, 77, 3000), (40, 64, 129), (250, 70, 1100)])
+# by 3 whole panels, K in 2 blocks of KC (256 + 74); 128 rows (a partial strip) by a whole and a partial panel,
+# K = 3000 in 2 blocks of the L2 size (1792 + 1208); 40 rows by one panel (fewer panels than threads: by rows);
+# 250 rows, K = 1100 in 2 blocks of the L2 size (1024 + 76)
+@pytest.mark.parametrize("shape", [(17, 444, 40), (126, 192, 330), (128, 77, 3000), (40, 64, 129), (250, 70, 1100)])
 @pytest.mark.parametrize("act", ["none", "relu", "gelu_tanh"])
 def test_panel_gemm_every_split_matches_numpy(shape, act, cpu_cache):
     m, n, k = shape
@@ -75,19 +75,16 @@ def test_panel_gemm_every_split_matches_numpy(shape, act, cpu_cache):
 
 def test_panel_gemm_through_the_driver_and_its_limits(cpu_cache):
     """The driver derives the panels once per weights dict and calls the panel kernel; at one row the product
-    keeps BLAS and dot_nt (2 to SMALL_M rows stream, test_cpu_gemm_stream.py); past ROWS_MAX rows only a weight
-    of at most SMALL_WEIGHT elements keeps the panels, up to SMALL_WEIGHT_ROWS_MAX rows."""
+    keeps BLAS and dot_nt (2 to SMALL_M rows stream, test_cpu_gemm_stream.py); past ROWS_MAX rows BLAS, whatever
+    the weight's size."""
     compiled, x, w, b, want = gemm_case(70, 130, 50, "relu", cpu_cache)
     assert "k_gemm_panels_relu(" in compiled.source and "gemm_panels(weights['fc.weight'], 64)" in compiled.source
     assert_matches(compiled.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})
-    big_weight = gemm_panels.SMALL_WEIGHT // 64 + 1  # rows of a weight of 64 columns just past SMALL_WEIGHT
-    for rows, n, panels in ((1, 64, False), (gemm_panels.ROWS_MAX + 1, 64, True),
-                            (gemm_panels.SMALL_WEIGHT_ROWS_MAX, 64, True),
-                            (gemm_panels.SMALL_WEIGHT_ROWS_MAX + 1, 64, False),
-                            (gemm_panels.ROWS_MAX + 1, big_weight, False)):
+    for rows, n, panels in ((1, 64, False), (gemm_panels.ROWS_MAX, 64, True), (gemm_panels.ROWS_MAX, 20000, True),
+                            (gemm_panels.ROWS_MAX + 1, 64, False)):
         graph = PASSES["shape-infer"](parse_ir(GEMM.format(m=rows, n=n, k=64, act="none")))
         source = compile_graph(graph, cache_dir=cpu_cache).source
         assert ("k_gemm_panels_none(" in source) == panels, (rows, n)
         assert ("k_gemm_none(" in source) != panels, (rows, n)
-    big, x, w, b, want = gemm_case(gemm_panels.SMALL_WEIGHT_ROWS_MAX + 1, 64, 8, "none", cpu_cache)
+    big, x, w, b, want = gemm_case(gemm_panels.ROWS_MAX + 1, 64, 8, "none", cpu_cache)
     assert_matches(big.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})

@@ -6,8 +6,8 @@ use of it. This kernel runs the register blocks of :mod:`.gemm_packed` (6 rows x
 accumulators) the other way round from the convolutions: the 6 rows are rows of x, packed per call into
 strips [K, 6] (``gemm_rows6``, a copy of x), and the 64 columns come from a panel of the weight's
 transpose, [K, 64], laid out once per weights dict (``gemm_panels``, a derived weight), so every step
-of K reads 256 contiguous bytes. K goes in blocks of ``KC`` steps, a block's slice of a panel (32 KB)
-staying in L1 while the strips pass over it, within blocks of K whose slice of all
+of K reads 256 contiguous bytes. K goes in blocks of ``KC`` steps, a block's slice of a panel (64 KB)
+staying in L2, close by, while the strips pass over it, within blocks of K whose slice of all
 the strips stays in L2. While a slice of the panels is in use the next one is prefetched into L2, a
 share after each block: without it the first strip pulled each slice from memory in one burst
 (1.05-1.10x on GPT-2's shapes with the weights cold).
@@ -18,10 +18,14 @@ median GFLOP/s: 20x768x768 131 against 96 (1.36x; 1.70x with the weight hot), 64
 model's GEMMs ran at 253 GFLOP/s either way. With the weights cold from memory, as in a model too big for
 the caches (100 copies in turn), 256 rows still gain where the weight is small: 256x768x768 1.13x (238
 against 211 GFLOP/s; GPT-2's Q, K, V and output projections), 256x512x512 1.13x, 256x1024x1024 1.03x,
-while 256x3072x768 (0.96x), 256x768x3072 (0.94x) and 512 rows (1.00x) do not. So products of at most
-``ROWS_MAX`` rows run here, or at most ``SMALL_WEIGHT_ROWS_MAX`` with a weight of at most ``SMALL_WEIGHT``
-elements (and more than SMALL_M: fewer are GEMV-like, gemm_stream's), since the panels are an extra copy of
-the weight (the memory guard's ``BACKEND_WEIGHT_COPIES``).
+while 256x3072x768 (0.96x), 256x768x3072 (0.94x) and 512 rows (1.00x) did not, on that machine (48 KB of L1
+and 2 MiB of L2 a core). On an AMD EPYC (32 KB, 1 MiB, 32 MiB of L3 shared), hot, the large weights gain
+too: 256x3072x768 198-208 against BLAS's 187, 256x768x3072 196 against 163-172, GPT-2's head 256x50257x768
+204 against 190, the LSTM LM's 256x10000x650 203 against 185 GFLOP/s (ONNX Runtime's MLAS: 209-222), and
+GPT-2 small at T = 256 runs in 332-341 ms against 355-379. At 2,048 rows BLAS stays ahead (0.82-0.95x).
+So every product of more than SMALL_M rows (fewer are GEMV-like, gemm_stream's) and at most ``ROWS_MAX``
+runs here, whatever its weight's size; the panels are an extra copy of the weight (the memory guard's
+``BACKEND_WEIGHT_COPIES``).
 
 When K is one block (up to ~1,000 steps at 256 rows), a panel's sums build up in a per-thread scratch
 block, [rows, 64] in L1, and the epilogue writes out's rows once: the register blocks no longer load and
@@ -45,11 +49,11 @@ from irc.backends.cpu.render.activations import act
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.mathfns import DEVICE_JIT
 
-KC = 128  # steps of K a block: its slice of a panel, 128 x 64 floats (32 KB), stays in L1 (48 KB a core here)
-L2_ROWS = 1 << 20  # bytes of x's packed strips kept in L2 (2 MiB a core here) while the panels stream past
-ROWS_MAX = 128  # above this many rows of x BLAS was as fast (256 rows: 0.97-1.09x), and it keeps them
-SMALL_WEIGHT_ROWS_MAX = 256  # ... but for weights of at most SMALL_WEIGHT elements, cold (see above)
-SMALL_WEIGHT = 1 << 20
+# steps of K a block: its slice of a panel, 256 x 64 floats (64 KB), comes from L2. 128 steps (32 KB, L1's size
+# on the EPYC) ran at 0.97-0.99x on GPT-2's 256-row shapes there, 384 or all of K alike
+KC = 256
+L2_ROWS = 1 << 20  # bytes of x's packed strips kept in L2 while the panels stream past (256 or 512 KB: 0.93-0.99x)
+ROWS_MAX = 256  # above this many rows of x BLAS is as fast or faster, and it keeps them
 
 PANELS = '''\
 def gemm_panels(w, width):
@@ -182,10 +186,9 @@ def {name}(x, wp, b, out, parts):
 """
 
 
-def applies(rows: int, small_m: int, weight_size: int) -> bool:
-    """Whether a product of ``rows`` rows of x and a weight of ``weight_size`` elements runs here (GEMV-like
-    ones stream, big ones keep BLAS)."""
-    return small_m < rows and (rows <= ROWS_MAX or (rows <= SMALL_WEIGHT_ROWS_MAX and weight_size <= SMALL_WEIGHT))
+def applies(rows: int, small_m: int) -> bool:
+    """Whether a product of ``rows`` rows of x runs here (GEMV-like ones stream, those of many rows keep BLAS)."""
+    return small_m < rows <= ROWS_MAX
 
 
 def panels_kernel(ctx: NodeCtx, act_name: str) -> str:
