@@ -65,6 +65,7 @@ def {name}(x, wih, whh, b, seq, h_last):
 # CPU's cycle counter), keeps a moving average of each way's cost, runs each step the cheaper way and
 # every 16th step the other way. Both ways give the same bits (each unit's product is one block's).
 UNITS = 16
+UNITS_ONE_ROW = 32  # at a batch of one a block's panel product has 8 accumulators, not 4 (see _units)
 LSTM = """\
 {jit}
 def {name}(x, wih, whh, b, seq, h_last, c_last, width, parts):
@@ -89,15 +90,20 @@ def {name}(x, wih, whh, b, seq, h_last, c_last, width, parts):
     # recent cost of a step on the threads and on one thread (cycles, moving averages): each step runs the
     # cheaper way, and now and then the other way, so a change in either (a busy machine) is seen: every
     # 16th step while the two are within 1.5x, else every 128th (a 650-unit layer at B = 1 on two idle
-    # cores: a step on one thread costs 2.2x, and trying it every 16th step cost 7 % of the layer)
+    # cores: a step on one thread costs 2.2x, and trying it every 16th step cost 7 % of the layer).
+    # Step 0 warms the caches (W_hh comes from memory after the input product) and is no sample of
+    # either way; steps 1 and 2 take the first samples. A trial of the other way replaces that way's
+    # estimate rather than moving it by a quarter: seeded from a cold step 0, the threads' estimate
+    # stayed above one thread's for a whole 256-step layer, which then ran on one thread (101 against 65 us
+    # a step).
     cost_par = np.float64(0.0)
     cost_one = np.float64(0.0)
     for t in range(nt):
         hp = hs[t % 2]
         hn = hs[(t + 1) % 2]
         close = max(cost_par, cost_one) < 1.5 * min(cost_par, cost_one)
-        other = t % (16 if close else 128) == 0
-        threads = parts > 1 and (t == 0 or (t > 1 and (cost_par <= cost_one) != other))
+        other = t > 2 and t % (16 if close else 128) == 0
+        threads = parts > 1 and (t == 0 or t == 2 or (t > 2 and (cost_par <= cost_one) != other))
         start = cycles()
         if threads:
             for c in prange(parts):
@@ -106,10 +112,12 @@ def {name}(x, wih, whh, b, seq, h_last, c_last, width, parts):
         else:
             {units}(xw, whh, b, {h_args}, cell, seq, scratch[0], t, 0, nblk, width)
         took = np.float64(cycles() - start)
-        if threads:
-            cost_par = took if t == 0 else 0.75 * cost_par + 0.25 * took
+        if t == 0:
+            pass
+        elif threads:
+            cost_par = took if t == 2 or other else 0.75 * cost_par + 0.25 * took
         else:
-            cost_one = took if t == 1 else 0.75 * cost_one + 0.25 * took
+            cost_one = took if t == 1 or other else 0.75 * cost_one + 0.25 * took
     h = hs[nt % 2]
 {h_last}\
             c_last[n, j] = cell[n, j]
@@ -276,15 +284,29 @@ def render_rnn(ctx: NodeCtx) -> None:
              f"{ctx.weight_or_zeros('bias', g)}, {seq}, {h})")
 
 
+def streams(batch: int) -> bool:
+    """Whether the LSTM's step runs on W_hh's panels (a batch of 1 to SMALL_M rows) rather than dot_nt."""
+    return 1 <= batch <= SMALL_M
+
+
+def units(batch: int) -> int:
+    """Units a block of the LSTM's step: ``UNITS``, or ``UNITS_ONE_ROW`` at a batch of one."""
+    return UNITS_ONE_ROW if batch == 1 else UNITS
+
+
 def _streams(ctx: NodeCtx) -> bool:
-    """Whether the LSTM's step runs on W_hh's panels (a batch gemm_stream serves) rather than dot_nt."""
-    return gemm_stream.applies(ctx.in_shape(0)[0], SMALL_M)
+    return streams(ctx.in_shape(0)[0])
+
+
+def _units(ctx: NodeCtx) -> int:
+    return units(ctx.in_shape(0)[0])
 
 
 def _blocked(ctx: NodeCtx, key: str, expr: str, nh: int) -> str:
     """``expr`` (gate-stacked rows of the weight ``key``) in k_lstm's order, once per weights dict."""
     ctx.helper("gates_blocked", GATES_BLOCKED)
-    return ctx.derive(f"~gates_blocked({key},{UNITS})", f"gates_blocked({expr}, {nh}, {UNITS})")
+    u = _units(ctx)
+    return ctx.derive(f"~gates_blocked({key},{u})", f"gates_blocked({expr}, {nh}, {u})")
 
 
 def _by_unit(ctx: NodeCtx, name: str, nh: int) -> str:
@@ -297,8 +319,9 @@ def _whh(ctx: NodeCtx, name: str, nh: int) -> str:
         return _by_unit(ctx, name, nh)
     ctx.helper("gates_blocked", GATES_BLOCKED)
     ctx.parts.helper("gemm_panels", gemm_panels.PANELS)
-    expr = f"gemm_panels(gates_blocked({ctx.weight(name)}, {nh}, {UNITS}), {4 * UNITS})"
-    return f"{ctx.derive(f'~lstm_panels({ctx.weight_key(name)},{UNITS})', expr)}.reshape(-1, {nh})"
+    u = _units(ctx)
+    expr = f"gemm_panels(gates_blocked({ctx.weight(name)}, {nh}, {u}), {4 * u})"
+    return f"{ctx.derive(f'~lstm_panels({ctx.weight_key(name)},{u})', expr)}.reshape(-1, {nh})"
 
 
 def _lstm_kernel(ctx: NodeCtx) -> str:
@@ -316,9 +339,11 @@ def _lstm_kernel(ctx: NodeCtx) -> str:
         ctx.parts.device("lstm_units", LSTM_UNITS.format(jit=DEVICE_JIT))
         src = LSTM.format(jit=JIT, name="k_lstm", h_last=H_LAST, state="", units="lstm_units", h_args="hp, hn")
         return ctx.kernel(Kernel("k_lstm", src, (A3, A2, A2, A1, A3, A2, A2, I64, I64)))
-    cols = 4 * UNITS
-    block = sdpa_simd.use_pv(ctx.parts, f"lstm_hv{nb}x{cols}", nb, cols, fresh=True,
-                             stream=gemm_stream.AHEAD_BYTES // (4 * cols))
+    cols = 4 * _units(ctx)
+    # one row reads W_hh from L3 every step (6.8 MB of a 650-unit layer): prefetching the panel ahead there
+    # only adds instructions (a 1,280-row half of that W_hh on one thread: 46.5 us against 37.1 without)
+    ahead = 0 if nb == 1 else gemm_stream.AHEAD_BYTES // (4 * cols)
+    block = sdpa_simd.use_pv(ctx.parts, f"lstm_hv{nb}x{cols}", nb, cols, fresh=True, stream=ahead)
     units = f"lstm_units{nb}"
     ctx.parts.device("prefetch_l2", gemm_panels.PREFETCH_L2)
     ctx.parts.device(units, LSTM_UNITS_STREAM.format(jit=DEVICE_JIT, name=units, block=block))
@@ -337,7 +362,7 @@ def render_lstm(ctx: NodeCtx) -> None:
     g, nh = ctx.weight_shape("weight_hh")
     bias = _by_unit(ctx, "bias", nh) if ctx.has_weight("bias") else f"np.zeros({g}, np.float32)"
     ctx.emit(f"{k}({ctx.args[0]}, {_by_unit(ctx, 'weight_ih', nh)}, {_whh(ctx, 'weight_hh', nh)}, "
-             f"{bias}, {seq}, {h}, {c}, width={UNITS}, parts={THREADS})")
+             f"{bias}, {seq}, {h}, {c}, width={_units(ctx)}, parts={THREADS})")
 
 
 def _gru_torch_kernel(ctx: NodeCtx) -> str:
@@ -396,7 +421,7 @@ def _pass_call(ctx: NodeCtx, kernel: str, sfx: str, x: str, seq: str, states: li
         return f"{kernel}({x}, {wih}, {whh}, {b}, {seq}, {states[0]})"
     b = _blocked(ctx, *_summed_bias(ctx, sfx), nh) if has_bias else f"np.zeros({g}, np.float32)"
     return (f"{kernel}({x}, {_by_unit(ctx, 'weight_ih' + sfx, nh)}, {_whh(ctx, 'weight_hh' + sfx, nh)}, "
-            f"{b}, {seq}, {states[0]}, {states[1]}, width={UNITS}, parts={THREADS})")
+            f"{b}, {seq}, {states[0]}, {states[1]}, width={_units(ctx)}, parts={THREADS})")
 
 
 def render_stacked(ctx: NodeCtx) -> None:
