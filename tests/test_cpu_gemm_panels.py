@@ -74,13 +74,13 @@ def test_panel_gemm_every_split_matches_numpy(shape, act, cpu_cache):
 
 
 def test_panel_gemm_through_the_driver_and_its_limits(cpu_cache):
-    """The driver derives the panels once per weights dict and calls the panel kernel; at one row the product
-    keeps BLAS and dot_nt (2 to SMALL_M rows stream, test_cpu_gemm_stream.py); past ROWS_MAX rows BLAS, whatever
-    the weight's size."""
+    """The driver derives the panels once per weights dict and calls the panel kernel from SMALL_M + 1 rows (1 to
+    SMALL_M rows stream, test_cpu_gemm_stream.py) to ROWS_MAX; past ROWS_MAX rows BLAS, whatever the weight's
+    size."""
     compiled, x, w, b, want = gemm_case(70, 130, 50, "relu", cpu_cache)
     assert "k_gemm_panels_relu(" in compiled.source and "gemm_panels(weights['fc.weight'], 64)" in compiled.source
     assert_matches(compiled.run({"fc.weight": w, "fc.bias": b}, {"x": x}), {"y": want})
-    for rows, n, panels in ((1, 64, False), (gemm_panels.ROWS_MAX, 64, True), (gemm_panels.ROWS_MAX, 20000, True),
+    for rows, n, panels in ((gemm_panels.ROWS_MAX, 64, True), (gemm_panels.ROWS_MAX, 20000, True),
                             (gemm_panels.ROWS_MAX + 1, 64, False)):
         graph = PASSES["shape-infer"](parse_ir(GEMM.format(m=rows, n=n, k=64, act="none")))
         source = compile_graph(graph, cache_dir=cpu_cache).source
