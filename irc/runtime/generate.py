@@ -170,11 +170,12 @@ class Decoder:
         return self._compiled[key]
 
     def prepare(self, prompts: list[list[int]]) -> None:
-        """Compile what a generation from ``prompts`` runs (the CPU backend's prefill and step graphs),
-        so that the prefill and decode timings hold no compile time. Nothing to do on numpy."""
+        """Compile what a generation from ``prompts`` runs (the CPU backend's prefill and step graphs) and
+        derive the weights each packs for itself, so that the prefill and decode timings hold no compile
+        time and the first step no pass over the weights. Nothing to do on numpy."""
         if self.backend == "cpu":
-            self._compile(self.prefill_graph, max(len(p) for p in prompts))
-            self._compile(self.step_graph, 1)
+            for graph, t in ((self.prefill_graph, max(len(p) for p in prompts)), (self.step_graph, 1)):
+                self._compile(graph, t).prepare(self.weights)
 
     def prefill(self, prompts: list[list[int]], encoder: dict[str, np.ndarray] | None = None,
                 encoder_lengths: list[int] | None = None) -> np.ndarray:
