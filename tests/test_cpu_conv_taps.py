@@ -4,7 +4,7 @@ stem and small maps, where the tap sum's grid would waste columns). Every input 
 conv_taps.MIN_CHANNELS channels or a stride, so every convolution here that is not a 3×3 of stride 1 takes
 one of the two, or, for a weight known at load of more than one tap, conv_direct.py's product
 (test_cpu_conv_direct.py): the tap sum then still serves weights computed on every run, and is called
-directly on those shapes here, on its weight both as it is and in 6-row strips.
+directly on those shapes here.
 
 Shapes cross their boundaries: strides 2 and 3 (phase planes, some unread: a 1×1 of stride 2 reads one of
 four), padding on every side, dilation, rectangular and even kernels, windows wider than the map, 1×1 of
@@ -61,9 +61,9 @@ def _window(node) -> tuple[int, ...]:
     return (*_spatial(nd, k, 1), *_spatial(nd, s, 1), *_spatial(nd, pads, 0), *_spatial(nd, d, 1))
 
 
-def _tap_sum(module, node, w, x, want_shape, packed: int, parts: int) -> np.ndarray:
-    """``node``'s convolution by k_conv_taps_none called directly: its weight in (ki, kj, c) order, in 6-row
-    strips too when ``packed``, on a work buffer of the driver's size for ``parts`` threads that starts as NaN."""
+def _tap_sum(module, node, w, x, want_shape, parts: int) -> np.ndarray:
+    """``node``'s convolution by k_conv_taps_none called directly: its weight in (ki, kj, c) order, on a work
+    buffer of the driver's size for ``parts`` threads that starts as NaN."""
     kh, kw, sh, sw, ph, pw, dh, dw = geometry = _window(node)
     src = x[node.inputs[0]]
     x4 = src if src.ndim == 4 else src[:, :, None, :]
@@ -76,9 +76,8 @@ def _tap_sum(module, node, w, x, want_shape, packed: int, parts: int) -> np.ndar
     out4 = out if out.ndim == 4 else out.reshape(out.shape[0], co, 1, -1)
     size = eval(conv_taps.work_size(geometry, x4.shape, out4.shape), {"get_num_threads": lambda: parts})
     work = np.full(size, np.nan, np.float32)
-    module.k_conv_taps_none(x4, wt, bias, out4.reshape(out.shape[0], co, -1), out4, work,
-                            module.gemm_pack6(wt, co, wt.shape[1]), packed, sh, sw, ph, pw, dh, dw, kh, kw, has_bias,
-                            0, conv_taps.block(co), parts)
+    module.k_conv_taps_none(x4, wt, bias, out4.reshape(out.shape[0], co, -1), out4, work, sh, sw, ph, pw, dh, dw,
+                            kh, kw, has_bias, 0, conv_taps.block(co), parts)
     return out
 
 
@@ -97,9 +96,8 @@ def test_tap_sum_convolutions_match_reference(b, cpu_cache):
     taps = [n for n in graph.nodes if n.op in ("conv1d", "conv2d") and n.inputs[0] != "rgb"
             and _window(n)[0] * _window(n)[1] > 1]
     assert len(taps) == 11
-    got = {f"{n.outputs[0]}/{packed}": _tap_sum(compiled.module, n, w, x, want[n.outputs[0]].shape, packed, b + 1)
-           for n in taps for packed in (0, 1)}
-    assert_matches(got, {k: want[k.split("/")[0]] for k in got})
+    got = {n.outputs[0]: _tap_sum(compiled.module, n, w, x, want[n.outputs[0]].shape, b + 1) for n in taps}
+    assert_matches(got, {k: want[k] for k in got})
 
 
 SPLIT = """
@@ -147,17 +145,14 @@ def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
         got = {}
         for name, (src, wt, s, p, k) in taps.items():
             co = want[name].shape[1]
-            # the 3×3's weight packed in 6-row strips too (20 channels: a partial last strip); a 1×1's GEMMs
-            # write the output in place, always by BLAS
-            for packed in (0, 1) if k > 1 else (0,):
-                out = np.full(want[name].shape, np.nan, np.float32)
-                pb = conv_taps.block(co)
-                work = np.full(60_016 + parts * 24 * ((pb + 15) // 16 * 16), np.nan, np.float32)
-                module.k_conv_taps_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work,
-                                        module.gemm_pack6(wt, co, wt.shape[1]), packed, s, s, p, p, 1, 1, k, k, 1, 0,
-                                        pb, parts)
-                got[name + "/packed" * packed] = out
-        assert_matches(got, {k: want[k.split("/")[0]] for k in got})
+            # a 1×1's GEMMs write the output in place; a 3×3's go through a product block per thread
+            out = np.full(want[name].shape, np.nan, np.float32)
+            pb = conv_taps.block(co)
+            work = np.full(60_000 + parts * co * pb, np.nan, np.float32)
+            module.k_conv_taps_none(x[src], wt, w[f"{name}.bias"], out.reshape(b, co, -1), out, work, s, s, p, p, 1, 1,
+                                    k, k, 1, 0, pb, parts)
+            got[name] = out
+        assert_matches(got, {k: want[k] for k in got})
         for name, (src, wt, s, p, k, tiles) in cols.items():
             co = want[name].shape[1]
             ap = module.gemm_pack6(wt, co, wt.shape[1])  # 6-row strips: 36, 16 and 20 channels end part-way or not

@@ -146,11 +146,9 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
     in_place = kind == "taps" and ((kw - 1) * dw) // sw == 0  # its GEMMs write the output before reading res
     kk = ci * kh * kw
     # a packed weight (its strips, seen as [rows, kk] by the kernel: only their shape is read) or BLAS's
-    packed = w_key is not None and (kind in ("cols", "table", "direct") or (kind == "taps" and not in_place))
+    packed = w_key is not None and kind in ("cols", "table", "direct")
     if kind == "direct":
         ap = conv_direct.packed_weight(ctx, w_key, w_expr, co, kk)
-    elif packed and kind == "taps":
-        ap = conv_taps.packed_tap_weight(ctx, w_key, w_expr, co, ci, kh, kw)
     elif packed:
         ap = ctx.derive(f"~gemm_pack6({w_key})", f"gemm_pack6({w_expr}, {co}, {kk})")
     if kind == "direct":
@@ -173,7 +171,7 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
                  f"parts={THREADS})")
     elif kind == "taps":
         work = conv_blas.work(ctx, conv_taps.work_size(geometry, x_shape, o_shape))
-        ctx.emit(f"{conv_taps.conv_taps_kernel(ctx, act_name)}({operands}, {work}, {ap}, packed={int(packed)}, "
+        ctx.emit(f"{conv_taps.conv_taps_kernel(ctx, act_name)}({operands}, {work}, "
                  f"{window}, has_bias={int(has_bias)}, has_res={has_res}, pb={conv_taps.block(co)}, "
                  f"parts={THREADS})")
     elif kind == "table":

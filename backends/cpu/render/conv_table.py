@@ -275,6 +275,7 @@ def conv_table_kernel(ctx: NodeCtx, act_name: str) -> str:
     from irc.backends.cpu.render.activations import act
 
     conv_taps.devices(ctx)
+    gemm_packed.use(ctx.parts)  # the weight's 6-row strips (gemm_pack6)
     sdpa_simd.use_pv(ctx.parts, "gemm_tab6x64", 6, 64, fresh=True, table=True)
     name = f"k_conv_table_{act_name}"
     src = CONV_TABLE.format(jit=JIT, name=name, expr=act(ctx.parts, act_name), slack=SLACK,
@@ -288,6 +289,7 @@ def conv_table_pool_kernel(ctx: NodeCtx, act_name: str) -> str:
     from irc.backends.cpu.render.activations import act
 
     conv_taps.devices(ctx)
+    gemm_packed.use(ctx.parts)  # the weight's 6-row strips (gemm_pack6)
     sdpa_simd.use_pv(ctx.parts, "gemm_tab6x64", 6, 64, fresh=True, table=True)
     ctx.parts.device("pool_row", POOL_ROW.format(jit=DEVICE_JIT))
     name = f"k_conv_table_pool_{act_name}"

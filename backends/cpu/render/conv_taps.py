@@ -8,10 +8,10 @@ the matrix plane[:, off : off + positions] (rows one plane apart), and the convo
 
     grid[out, positions] = Σ_taps weight[:, tap's C columns] · plane_f(tap)[C, off(tap) + positions]
 
-kh·kw BLAS calls adding into one product block (blas_sgemm with leading dimensions and beta = 1), or, for
-a weight known at load, gemm_packed.py's register blocks on its 6-row strips, 64 positions at a time, every strip
-through each tap in turn: each input element is copied once (the planes), not kh·kw times, and each GEMM's K is the
-channel count. The
+kh·kw BLAS calls adding into one product block (blas_sgemm with leading dimensions and beta = 1): each input
+element is copied once (the planes), not kh·kw times, and each GEMM's K is the channel count. (A weight known at
+load takes conv_direct.py's product for kernels of more than one tap, which beat these calls and the register
+blocks on 6-row strips this kernel once also ran, so it serves weights computed at run time and 1×1s.) The
 weight is in (ki, kj, c) order, [out, kh·kw·C], so a tap's columns are contiguous (a derived weight; a
 1×1 weight is already in that order). A 1×1 convolution has wq = wo: its grid is the output itself, the
 GEMMs write the output rows directly and the epilogue (bias, residual, activation) runs in place; otherwise
@@ -27,30 +27,23 @@ from __future__ import annotations
 
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import conv_blas, gemm_packed
+from irc.backends.cpu.render import conv_blas
 from irc.backends.cpu.render.context import NodeCtx
 
 JIT = jit()
 
 CONV_TAPS = """\
 {jit}
-def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, has_res, pb, parts):
+def {name}(x, wt, b, res, out, work, sh, sw, ph, pw, dh, dw, kh, kw, has_bias, has_res, pb, parts):
     nb, ci, hi, wi = x.shape
-    co, kk = out.shape[1], wt.shape[1]  # (wt: a packed weight's padded rows)
+    co, kk = out.shape[1], wt.shape[1]
     ho, wo = out.shape[2], out.shape[3]
     wq, hq, nphase, nplanes = conv_taps_geometry(x.shape, ho, wo, sh, sw, ph, pw, dh, dw, kh, kw)
     plane = hq * wq
     npos = ho * wq
     in_place = wq == wo
-    # ap: the weight in 6-row strips (gemm_packed.py); the register blocks read 16 columns at a time, up to
-    # 15 past a block's positions (the next ones, or for the last block the 16 floats of slack after the
-    # planes), into product columns the epilogue skips
-    in_strips = packed != 0 and not in_place
-    strips = (co + 5) // 6
-    pbl = (pb + 15) // 16 * 16 if in_strips else pb  # a product block's row stride
-    grid_size = 0 if in_place else (strips * 6 if in_strips else co) * pbl
-    slack = 16 if in_strips else 0
-    if work.size < nplanes + slack + parts * grid_size:
+    grid_size = 0 if in_place else co * pb
+    if work.size < nplanes + parts * grid_size:
         raise ValueError("conv work buffer too small")
     wflat = wt.reshape(-1)
     oflat = out.reshape(-1)
@@ -81,7 +74,7 @@ def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
     # numba resolves its BLAS pointer on first use, taking the GIL: do it here, on the thread that holds it
     blas_sgemm(0, 0, 1, 1, 0, wflat, 0, 1, wflat, 0, 1, np.float32(1.0), work, 0, 1)
     for c in prange(parts):
-        gbase = nplanes + slack + c * grid_size
+        gbase = nplanes + c * grid_size
         for u in range(c * units // parts, (c + 1) * units // parts):
             n = u // (chunks * oblocks)
             r = u - n * chunks * oblocks
@@ -89,30 +82,13 @@ def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
             p1 = (r // oblocks + 1) * npos // chunks
             o0 = (r % oblocks) * co // oblocks
             o1 = (r % oblocks + 1) * co // oblocks
-            s0 = (r % oblocks) * strips // oblocks  # whole strips a unit
-            s1 = (r % oblocks + 1) * strips // oblocks
-            if in_strips:
-                o0, o1 = min(co, 6 * s0), min(co, 6 * s1)
             for q0 in range(p0, p1, pb):
                 q1 = min(p1, q0 + pb)
                 m = q1 - q0
-                ldm = (m + 15) // 16 * 16 if in_strips else m  # the product block's row stride
                 if gather:
                     conv_gather(x, src, n * nphase * ci * plane + q0, plane, 0, ci, n * npos + q0, n * npos + q1, sh,
                                 sw, ph, pw, ho, wo)
-                # with strips: 64 positions at a time, tap after tap, every strip over the tap's slice of the
-                # planes (C x 64 floats: 16 KB at 64 channels, in L1 while the strips pass; strip after strip
-                # through all the taps re-read the block's planes from L2 once per strip: 0.9x)
-                for c0 in range(0, ldm if in_strips else 0, 64):
-                    for tap in range(kh * kw):
-                        ki = tap // kw
-                        kj = tap - ki * kw
-                        f = ((ki * dh) % sh) * sw + (kj * dw) % sw
-                        off = ((ki * dh) // sh) * wq + (kj * dw) // sw
-                        b0 = ((n * nphase + f) * ci) * plane + off + q0 + c0
-                        gemm_strips(ap, tap * ci * 6, kk, s0, s1, ci, src, b0, plane, min(64, ldm - c0), work,
-                                    gbase + c0, ldm, tap > 0)
-                for tap in range(0 if in_strips else kh * kw):  # BLAS: one call a tap, all the block's positions
+                for tap in range(kh * kw):  # BLAS: one call a tap, all the block's positions
                     ki = tap // kw
                     kj = tap - ki * kw
                     f = ((ki * dh) % sh) * sw + (kj * dw) % sw
@@ -143,7 +119,7 @@ def {name}(x, wt, b, res, out, work, ap, packed, sh, sw, ph, pw, dh, dw, kh, kw,
                     continue
                 for o in range(o0, o1):  # only the block's grid positions that are outputs
                     bo = b[o]
-                    g0 = gbase + (o - o0) * ldm - q0  # grid position q of the block is work[g0 + q]
+                    g0 = gbase + (o - o0) * m - q0  # grid position q of the block is work[g0 + q]
                     for oi in range(q0 // wq, (q1 - 1) // wq + 1):
                         a = max(q0 - oi * wq, 0)
                         e = min(q1 - oi * wq, wo)
@@ -344,10 +320,7 @@ def work_size(geometry: tuple[int, ...], x_shape: tuple[int, ...], out_shape: tu
     planes = 0 if direct else nb * sh * sw * ci * hq * wq
     if wq == wo:  # the grid is the output
         return str(planes)
-    # a product block per thread (all the strips' rows, its rows padded to 16 floats), and the slack the
-    # register blocks may read past the planes
-    grid = max(co * block(co), gemm_packed.strips(co) * 6 * gemm_packed.padded(block(co)))
-    return f"{planes + 16} + {THREADS} * {grid}"
+    return f"{planes} + {THREADS} * {co * block(co)}"  # and a product block per thread
 
 
 def tap_weight(ctx: NodeCtx, key: str | None, weight_expr: str, co: int, ci: int, kh: int, kw: int) -> str:
@@ -357,20 +330,11 @@ def tap_weight(ctx: NodeCtx, key: str | None, weight_expr: str, co: int, ci: int
     return ctx.derive(f"~conv_hwc({key})", expr) if key is not None else expr
 
 
-def packed_tap_weight(ctx: NodeCtx, key: str, weight_expr: str, co: int, ci: int, kh: int, kw: int) -> str:
-    """``weight_expr`` in (ki, kj, c) order and in 6-row strips (gemm_packed.py), derived once under ``key``."""
-    ctx.helper("conv_hwc_weight", HWC_WEIGHT)
-    gemm_packed.use(ctx.parts)
-    expr = f"gemm_pack6(conv_hwc_weight({weight_expr}, {co}, {ci}, {kh}, {kw}), {co}, {kh * kw * ci})"
-    return ctx.derive(f"~conv_hwc_strips({key})", expr)
-
-
 def devices(ctx: NodeCtx) -> None:
     """Register the device functions the tap sum (and conv_cols.py) call: BLAS, geometry, phase planes."""
     from irc.backends.cpu.render.mathfns import DEVICE_JIT
 
     conv_blas.sgemm(ctx)
-    gemm_packed.use(ctx.parts)
     ctx.parts.device("conv_tap_planes", PLANES.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_gather", GATHER.format(jit=DEVICE_JIT))
     ctx.parts.device("conv_taps_geometry", GEOMETRY.format(jit=DEVICE_JIT))
@@ -386,5 +350,5 @@ def conv_taps_kernel(ctx: NodeCtx, act_name: str) -> str:
     name = f"k_conv_taps_{act_name}"
     src = CONV_TAPS.format(jit=JIT, name=name, expr=act(ctx.parts, act_name),
                            identity="True" if act_name == "none" else "False")
-    return ctx.kernel(Kernel(name, src, (A4, A2, A1, A3, A4, A1, A1) + (I64,) * 13))
+    return ctx.kernel(Kernel(name, src, (A4, A2, A1, A3, A4, A1) + (I64,) * 12))
 
