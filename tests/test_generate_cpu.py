@@ -152,3 +152,17 @@ def test_t5_on_cpu_equals_hf(t5) -> None:
         with torch.no_grad():
             full = hf(input_ids=src, decoder_input_ids=torch.tensor([want[: i + 1]])).logits[0, -1].numpy()
         assert rel_error(logits[0], full) < 1e-5, (i, rel_error(logits[0], full))
+
+
+def test_only_the_step_graph_packs_its_dense_weights(model) -> None:
+    """The prefill runs once a generation: its dense layers read the weights as given; the step graph, which every
+    token runs, reads its MLP and head from packed panels (gemm_stream.py), derived by prepare() before any timing."""
+    name, hf, root = model
+    d = _decoder(root, name, 1, len(PROMPT) + NEW)
+    d.prepare([PROMPT])
+    prefill, step = (d._compiled[(g.name, t)] for g, t in ((d.prefill_graph, len(PROMPT)), (d.step_graph, 1)))
+    assert not any("gemm_panels" in key for key in prefill.module.DERIVED)
+    assert any("gemm_panels" in key for key in step.module.DERIVED)
+    assert step._prepared is not None and all(key in step._prepared[2] for key in step.module.DERIVED)
+    got = generate(d, [PROMPT], NEW)
+    assert got.tokens == [hf_greedy(hf, PROMPT, NEW)]

@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
 
 def compile_graph(graph: Graph, cache_dir: str | Path | None = None,
-                  progress: Progress | None = None) -> CompiledGraph:
-    """Cache, import and compile ``graph``; ``progress(done, total, kernel)`` reports each kernel."""
+                  progress: Progress | None = None, pack_weights: bool = True) -> CompiledGraph:
+    """Cache, import and compile ``graph``; ``progress(done, total, kernel)`` reports each kernel;
+    ``pack_weights=False`` keeps dense layers on the weights as given (no packed copy)."""
     from irc.backends.cpu.compiled import compile_graph as _compile
 
-    return _compile(graph, cache_dir=cache_dir, progress=progress)
+    return _compile(graph, cache_dir=cache_dir, progress=progress, pack_weights=pack_weights)
 
 
 __all__ = ["BACKEND_VERSION", "Progress", "compile_graph", "emit_source"]

@@ -134,15 +134,16 @@ class CompiledGraph(CompiledModule):
 
 
 def compile_graph(graph: Graph, cache_dir: str | Path | None = None,
-                  progress: Progress | None = None) -> CompiledGraph:
+                  progress: Progress | None = None, pack_weights: bool = True) -> CompiledGraph:
     """Generate (or find in the cache) the graph's module, import it and compile its kernels.
 
     ``progress(done, total, kernel)`` is called before each kernel and once at the end. When
     the cache cannot be written (a full disk) the graph is compiled in a fresh private folder
-    for this run, with a note.
+    for this run, with a note. ``pack_weights=False``: dense layers read their weights as given, with no
+    packed copy (a graph run once per weights dict: a decoder's prefill).
     """
-    source, steps, parts = emit_module(graph)
-    key = cache_key(graph, "cpu", BACKEND_VERSION)
+    source, steps, parts = emit_module(graph, pack_weights=pack_weights)
+    key = cache_key(graph, "cpu" if pack_weights else "cpu-unpacked", BACKEND_VERSION)
     directory = prepare_dir(Path(cache_dir) if cache_dir is not None else default_cache_dir("cpu"))
     texts = kernel_texts(parts)
     text = header(key, source) + source

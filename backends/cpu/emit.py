@@ -48,8 +48,10 @@ def _render_input(node: Node, var: str, parts: ModuleParts) -> None:
     parts.line(f"{var} = np.ascontiguousarray(inputs[{str_literal(node.outputs[0])}], dtype={np_dtype(node.type)})")
 
 
-def build_parts(graph: Graph, reuse: bool = True) -> tuple[ModuleParts, dict[str, tuple[int, ...]]]:
-    """The module's pieces; ``reuse`` lets results take dead buffers (see :mod:`..schedule`)."""
+def build_parts(graph: Graph, reuse: bool = True,
+                pack_weights: bool = True) -> tuple[ModuleParts, dict[str, tuple[int, ...]]]:
+    """The module's pieces; ``reuse`` lets results take dead buffers (see :mod:`..schedule`), ``pack_weights``
+    lets dense layers run on packed copies of their weights (NodeCtx.pack_weights)."""
     check_concrete(graph, NodeCtx.BACKEND)
     parts = ModuleParts()
     shapes = weight_shapes(graph)
@@ -69,7 +71,7 @@ def build_parts(graph: Graph, reuse: bool = True) -> tuple[ModuleParts, dict[str
             render = renderer(RENDERERS, node.op, node, NodeCtx.BACKEND)
             ctx = NodeCtx(node=node, parts=parts, in_types=[types[v] for v in node.inputs], out_types=list(node.types),
                           params=node_weights(node, types), weight_keys=shapes, args=[var[v] for v in node.inputs],
-                          outs=outs, index=i, schedule=schedule, producers=producers)
+                          outs=outs, index=i, schedule=schedule, producers=producers, pack_weights=pack_weights)
             parts.line(ctx.describe())
             render(ctx)
         var.update(zip(node.outputs, outs))
@@ -90,10 +92,10 @@ def derive(weights):
 '''
 
 
-def emit_module(graph: Graph, reuse: bool = True) -> tuple[str, dict[int, int], ModuleParts]:
+def emit_module(graph: Graph, reuse: bool = True, pack_weights: bool = True) -> tuple[str, dict[int, int], ModuleParts]:
     """The module's full text; for ``--profile``, the node index of each driver line (1-based
     line numbers of the text); and its parts. Deterministic: emitting twice gives the same bytes."""
-    parts, shapes = build_parts(graph, reuse)
+    parts, shapes = build_parts(graph, reuse, pack_weights)
     name = comment_text(graph.name, 60)
     out = [HEAD.format(version=BACKEND_VERSION, name=name)]
     out += io_tables(graph, shapes, "(key, shape), in graph order")

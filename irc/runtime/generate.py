@@ -159,14 +159,16 @@ class Decoder:
         return out
 
     def _compile(self, graph: Graph, t: int) -> Any:
-        """``graph`` bound at T = ``t``, fused and compiled by the CPU backend (once per length)."""
+        """``graph`` bound at T = ``t``, fused and compiled by the CPU backend (once per length). The prefill
+        runs once a generation: its dense layers read the weights as given, not a packed copy of their own
+        (the step graph's copy, which every token reads, is the one that pays for its memory)."""
         key = (graph.name, t)
         if key not in self._compiled:
             from irc.backends.cpu import compile_graph
             from irc.pipeline import run_passes
 
             bound = shape_infer(bind_symbols(graph, {"T": t})) if "T" in graph.symbols else graph
-            self._compiled[key] = compile_graph(run_passes(bound, ["fuse"]))
+            self._compiled[key] = compile_graph(run_passes(bound, ["fuse"]), pack_weights=graph is self.step_graph)
         return self._compiled[key]
 
     def prepare(self, prompts: list[list[int]]) -> None:

@@ -34,6 +34,10 @@ class NodeCtx(NodeView):
     index: int = -1  # the node's position in the graph
     schedule: Schedule | None = None  # where results live (buffer reuse); None: always np.empty
     producers: dict[str, Node] = field(default_factory=dict)  # value -> the node that makes it
+    # dense layers against a weight known at load may run on a packed copy of it (gemm_panels, gemm_stream):
+    # False for a graph run once per weights dict (a decoder's prefill), where the copy costs memory and a pass
+    # over the weights for one use
+    pack_weights: bool = True
 
     # -- weights -------------------------------------------------------------------
     def weight_key(self, name: str) -> str:

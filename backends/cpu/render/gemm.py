@@ -271,6 +271,8 @@ def gemm_call(ctx: NodeCtx, x: str, in_shape: tuple[int, ...], w: str, b: str, a
     """Call the gemm kernel on [rows, features] views; allocates the node's result unless ``out``. A weight
     known at load (``w_key``) runs on its packed panels (:mod:`.gemm_panels`) at the sizes where they win."""
     rows = prod(in_shape[:-1])
+    if not ctx.pack_weights:
+        w_key = None
     if w_key is not None and gemm_panels.applies(rows, SMALL_M):
         k = gemm_panels.panels_kernel(ctx, act_name)
         w = gemm_panels.panels_weight(ctx, w_key)
