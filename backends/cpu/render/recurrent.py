@@ -140,13 +140,15 @@ def lstm_units(xw, whh, b, hp, hn, cell, seq, buf, t, b0, b1, width):
         lstm_gates(xw, b, hw, cell, hn, seq, t, ub, w)
 """
 
-# At a batch of 2 to SMALL_M rows (gemm_stream.applies) the step's product runs as one register block per block
+# At a batch of 1 to SMALL_M rows (``streams``) the step's product runs as one register block per block
 # of units (simd_pv, as gemm_stream.py's): W_hh's blocked rows are laid out once as panels [h, 64] of their
 # transpose (a block's 4 gates × 16 units), h is kept transposed as well ([h, batch]: one broadcast per row and
 # step of K); no horizontal sums, one sequential pass over the panel, prefetched ahead. 16 units a block even
 # where batch × 4 vectors overflow the registers (2 passes over the panel at 8 rows): 12-unit blocks, which
 # would fit, leave the gate loop too short to vectorise (a 650-unit layer at B = 8, T = 256: 94.7 ms against
-# 75.5). Against dot_nt's step: 1.2x at B = 8, equal at B = 1 (which keeps dot_nt: no transposed h to keep).
+# 75.5). Against dot_nt's step: 1.2x at B = 8. At B = 1 the blocks are of 32 units (``units``: 8 accumulators
+# in one pass) and the panel is not prefetched (it sits in L3): half a 650-unit W_hh on one thread 35.7 us
+# against dot_nt's 49.
 # A block's gates read one run of xw per row of the batch, rows T·4h floats apart, which the hardware does
 # not fetch ahead: each block prefetches the next one's (B = 8: 271 against 282 us a step; B = 3: equal).
 LSTM_UNITS_STREAM = """\
