@@ -9,13 +9,34 @@ from pathlib import Path
 
 
 def cpu_model() -> str:
+    """The CPU's name, with its family and model numbers: a VM's name can hide the generation (AMD's family 25
+    is Zen 3/4, 26 is Zen 5, whose FMA units are twice as wide: the ratios move with it)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f", family {fields['cpu family']} model {fields['model']}"
+    return name
+
+
+def cache_sizes() -> str:
+    """L1d, L2 and L3 as the kernel reports them for CPU 0 (sizes a core sees)."""
+    out = []
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in sorted(base.glob("index*")):
+            kind = (index / "type").read_text().strip()
+            if kind == "Instruction":
+                continue
+            out.append(f"L{(index / 'level').read_text().strip()} {(index / 'size').read_text().strip()}")
+    except OSError:
+        return "?"
+    return ", ".join(out) or "?"
 
 
 def cpu_flags() -> str:
@@ -59,6 +80,7 @@ def describe() -> dict[str, str]:
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "CPU": f"{cpu_model()} ({cpu_flags()})",
         "cores": str(os.cpu_count()),
+        "caches (a core)": cache_sizes(),
         "memory": memory_gib(),
         "OS": f"{platform.system()} {platform.release()}",
         "Python": platform.python_version(),
