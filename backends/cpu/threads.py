@@ -15,11 +15,9 @@ under the prefixes SciPy's and NumPy's wheels give them.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
@@ -69,10 +67,10 @@ def blas_libs() -> list[BlasLib]:
 
     Reading /proc/self/maps costs ~0.4 ms, more than a small graph's whole run: the maps are scanned
     again only after a Python module was imported since the last scan (what loads a new library)."""
-    import scipy.linalg.cython_blas  # noqa: F401  (numba's np.dot calls this library)
-
     if len(sys.modules) == _SCANNED_AT[0]:
         return list(_FOUND.values())
+    import scipy.linalg.cython_blas  # noqa: F401  (numba's np.dot calls this library)
+
     _SCANNED_AT[0] = len(sys.modules)
     for path in _loaded_paths():
         if path in _FOUND:
@@ -98,30 +96,48 @@ def configured_threads() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
-@contextlib.contextmanager
-def single_pool(threads: int | None = None) -> Iterator[None]:
-    """Run the body with BLAS single-threaded (and Numba at ``threads`` workers, if given)."""
-    libs = blas_libs()
-    before = [lib.threads() for lib in libs]
-    numba_before = None
-    if threads is not None:
-        import numba
+class _SinglePool:
+    """The context of ``single_pool``. A class, not a generator: every ``CompiledGraph.run`` enters it, and a
+    small graph's whole run is ~10 us, of which the generator-based version took 4.4 (re-reading each
+    library's thread count three times through ctypes); this one reads each once and restores only what it
+    changed."""
 
-        numba_before = numba.get_num_threads()
-        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    for lib in libs:
-        if lib.threads() != 1:
-            lib.set_threads(1)
-    try:
-        yield
-    finally:
-        for lib, n in zip(libs, before):
-            if lib.threads() != n:
-                lib.set_threads(n)
-        if numba_before is not None:
+    __slots__ = ("_threads", "_changed", "_numba_before")
+
+    def __init__(self, threads: int | None) -> None:
+        self._threads = threads
+        self._changed: list[tuple[BlasLib, int]] = []
+        self._numba_before: int | None = None
+
+    def __enter__(self) -> None:
+        changed = []
+        for lib in blas_libs():
+            n = int(lib.get_threads())
+            if n != 1:
+                lib.set_threads(1)
+                changed.append((lib, n))
+        self._changed = changed
+        if self._threads is not None:
             import numba
 
-            numba.set_num_threads(numba_before)
+            self._numba_before = numba.get_num_threads()
+            numba.set_num_threads(max(1, min(self._threads, numba.config.NUMBA_NUM_THREADS)))
+
+    def __exit__(self, *exc: object) -> None:
+        for lib, n in self._changed:
+            lib.set_threads(n)
+        self._changed = []
+        if self._numba_before is not None:
+            import numba
+
+            numba.set_num_threads(self._numba_before)
+            self._numba_before = None
+
+
+def single_pool(threads: int | None = None) -> _SinglePool:
+    """``with single_pool(threads):`` runs the body with BLAS single-threaded (and Numba at ``threads``
+    workers, if given); the previous settings come back afterwards."""
+    return _SinglePool(threads)
 
 
 def describe() -> dict[str, str]:
