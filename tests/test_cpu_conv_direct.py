@@ -184,15 +184,15 @@ model direct_select(B) {
 def test_the_direct_product_serves_ungrouped_convolutions_of_taps_on_16_channels(cpu_cache):
     """Compiled: every convolution of a weight known at load without groups, of more than one tap (a 1×3, a
     2×1, conv1d) on at least 16 channels takes it; 3×3s of stride 1 stay Winograd's, 1×1s the tap sum's or
-    the panel's, grouped and depthwise ones the grouped kernel's, 15 channels the table's. A weight computed
-    on every run (not packed) takes the tap sum."""
+    (strided) the gathered product's, grouped and depthwise ones the grouped kernel's, 15 channels the table's.
+    A weight computed on every run (not packed) takes the tap sum."""
     graph = build(SELECT, B=1)
     compiled = compile_graph(graph, cache_dir=cpu_cache)
     kinds = _kernel_of(compiled.source)
     assert kinds == {"d_3x3_s2": "k_conv_direct_none", "d_1x3": "k_conv_direct_none",
                      "d_2x1": "k_conv_direct_none", "d_5x5": "k_conv_direct_none", "d_1d": "k_conv_direct_none",
                      "winograd": "k_winograd_none", "taps_1x1": "k_conv_taps_none",
-                     "cols_1x1_s2": "k_conv_cols_none", "grouped": "k_conv2d", "depthwise": "k_conv2d",
+                     "cols_1x1_s2": "k_conv_pointwise_none", "grouped": "k_conv2d", "depthwise": "k_conv2d",
                      "table_15": "k_conv_table_none"}
     w, x = random_weights(graph), random_inputs(graph)
     assert_matches(compiled.run(w, x), reference(graph, w, x))

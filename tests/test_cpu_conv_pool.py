@@ -4,7 +4,8 @@ F.conv2d, F.batch_norm in eval mode, the residual add, the ReLU, then F.max_pool
 The table kernel's pooled epilogue (ResNet's stem: few input channels) across its boundaries: square,
 rectangular, overlapping and disjoint pools, stride 1, padding, a residual, no activation, batches that do
 and do not divide among the threads, NaN in the input; and the convolutions whose kernels run the pool on a
-temporary (Winograd, the direct product, the tap sum of a 1×1 of stride 1, the 1×1 panel of a stride, groups).
+temporary (Winograd, the direct product, the tap sum of a 1×1 of stride 1, the gathered product of a strided
+1×1, groups).
 The rule itself: what it fuses and what it leaves.
 The kernel called directly with 1 to 7 threads and 1 to 4 pool rows a step, on work buffers that start as NaN.
 """
@@ -47,7 +48,7 @@ CASES = {
     "taps": ((16, 20, 18), dict(out=10, kernel=1, stride=1, padding=0), dict(kernel=2, stride=2, padding=0),
              True, True, "k_conv_taps_relu"),
     "one_by_one": ((8, 24, 24), dict(out=6, kernel=1, stride=2, padding=0), dict(kernel=3, stride=2, padding=1),
-                   False, False, "k_conv_cols_none"),
+                   True, True, "k_conv_pointwise_relu"),
     "grouped": ((4, 13, 15), dict(out=6, kernel=3, stride=1, padding=1, groups=2),
                 dict(kernel=3, stride=2, padding=1), False, True, "k_conv2d"),
 }

@@ -88,8 +88,10 @@ def test_tap_sum_convolutions_match_reference(b, cpu_cache):
     graph = build(FAMILY, B=b)
     w, x = random_weights(graph), random_inputs(graph)
     compiled = compile_graph(graph, cache_dir=cpu_cache)
-    # the stem: conv_table.py's kernel, but in a batch of maps this small one panel of the batch (conv_cols.py)
-    kernels = ["k_conv_cols_none", "k_conv_direct_none"] + ["k_conv_table_none"] * (b == 1) + ["k_conv_taps_none"]
+    # the stem: conv_table.py's kernel, but in a batch of maps this small one panel of the batch (conv_cols.py);
+    # the strided 1×1s: conv_pointwise.py's gathered product
+    kernels = (["k_conv_cols_none"] * (b > 1) + ["k_conv_direct_none", "k_conv_pointwise_none"]
+               + ["k_conv_table_none"] * (b == 1) + ["k_conv_taps_none"])
     assert [k for k in dir(compiled.module) if k.startswith("k_")] == kernels
     want = reference(graph, w, x)
     assert_matches(compiled.run(w, x), want)
@@ -111,6 +113,8 @@ model conv_split(B) {
   output y_tiny = conv2d(tiny, 36, 3, stride=2, padding=1)
   output y_stem = conv2d(rgb, 16, 7, stride=2, padding=3)
   output y_taps = conv2d(x, 8, 1)
+  input rgb20: f32[B, 3, 20, 20]
+  output y_cols = conv2d(rgb20, 8, 9, padding=4, stride=3)
 }
 """
 
@@ -125,8 +129,10 @@ def test_every_thread_split_gives_the_same_convolution(b, cpu_cache):
     graph = build(SPLIT, B=b)
     w, x = random_weights(graph), random_inputs(graph)
     module = compile_graph(graph, cache_dir=cpu_cache).module
-    # compiled, the 3×3s take conv_direct.py's product and the stem at B = 1 the table; called directly below
-    kernels = ["k_conv_cols_none", "k_conv_direct_none"] + ["k_conv_table_none"] * (b == 1) + ["k_conv_taps_none"]
+    # compiled, the 3×3s take conv_direct.py's product, the strided 1×1s conv_pointwise.py's, the stem at B = 1
+    # the table and the 9×9 of stride 3 (its grid too wide for the table) the panel; called directly below
+    kernels = (["k_conv_cols_none", "k_conv_direct_none", "k_conv_pointwise_none"] + ["k_conv_table_none"] * (b == 1)
+               + ["k_conv_taps_none"])
     assert [k for k in dir(module) if k.startswith("k_")] == kernels
     want = reference(graph, w, x)
 
@@ -194,7 +200,7 @@ def _bn_weights(graph, seed: int = 3) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("b", [1, 2])
 def test_folded_convolutions_with_residual_and_relu(b, cpu_cache):
     """conv2d_bn: the 3×3/2 on its packed weight through conv_direct.py's product at any batch, the 1×1/2
-    through the panel (its weight packed), the 1×1/1 through the tap sum (by BLAS in place) at B = 1 and the
+    through conv_pointwise.py's gathered product, the 1×1/1 through the tap sum (by BLAS in place) at B = 1 and the
     panel at B = 2 (small maps). The tap sum's epilogue after a grid (the residual read there, a 3×3's) is
     test_conv2d_bn_folds_computed_operands_on_every_run's."""
     graph = build(FOLD, B=b)
@@ -203,7 +209,7 @@ def test_folded_convolutions_with_residual_and_relu(b, cpu_cache):
     assert len(fused) == 3 and sum(len(n.inputs) == 7 for n in fused) == 2
     w, x = _bn_weights(graph), random_inputs(graph)
     compiled = compile_graph(folded, cache_dir=cpu_cache)
-    kinds = {"k_conv_direct_relu", "k_conv_cols_relu", "k_conv_taps_none" if b == 1 else "k_conv_cols_none"}
+    kinds = {"k_conv_direct_relu", "k_conv_pointwise_relu", "k_conv_taps_none" if b == 1 else "k_conv_cols_none"}
     assert {k for k in dir(compiled.module) if k.startswith("k_conv")} == kinds
     got = compiled.run(w, x)
     assert_matches(got, reference(graph, w, x), tol=1e-5)
@@ -232,8 +238,8 @@ graph @m(B) {
 def test_conv2d_bn_folds_computed_operands_on_every_run(b, cpu_cache):
     """Weights and statistics that are values: folded (and put in tap order for the tap sum, B = 1) in the
     driver on each run; the result is NumPy's convolution, BatchNorm with the running statistics, the
-    residual add and ReLU. The tap sum's 1×1 GEMMs write the output before the epilogue reads the residual,
-    so the residual's dying buffer (relu(r) dies at the add) must not be the output."""
+    residual add and ReLU. The strided 1×1's product (conv_pointwise.py) writes the output before the epilogue
+    reads the residual, so the residual's dying buffer (relu(r) dies at the add) must not be the output."""
     from irc.backends.numpy_ref.conv import conv
     from irc.ir_parser import parse_ir
     from irc.passes import PASSES
@@ -248,7 +254,8 @@ def test_conv2d_bn_folds_computed_operands_on_every_run(b, cpu_cache):
     x = {name: a.astype(np.float32) for name, a in x.items()}
     compiled = compile_graph(graph, cache_dir=cpu_cache)
     kernel = "k_conv_taps_relu" if b == 1 else "k_conv_cols_relu"
-    assert [k for k in dir(compiled.module) if k.startswith("k_")] == [kernel, "k_relu"]
+    kernels = sorted([kernel, "k_conv_pointwise_relu", "k_relu"])
+    assert [k for k in dir(compiled.module) if k.startswith("k_")] == kernels
 
     def want() -> dict[str, np.ndarray]:
         out = {}

@@ -1,6 +1,6 @@
 """Convolutions (grouped: im2col + BLAS per image and group; otherwise Winograd for 3×3 of stride 1, the tap
-sum of conv_taps.py, conv_table.py's product over all taps for few channels, the exact im2col panel of
-conv_cols.py or conv_gemm.py's tiles, as _conv_kernel picks),
+sum of conv_taps.py, conv_table.py's product over all taps for few channels, conv_pointwise.py's gathered
+product for strided 1×1s, the exact im2col panel of conv_cols.py or conv_gemm.py's tiles, as _conv_kernel picks),
 conv2d_bn (BatchNorm folded at load) and pooling; 1-D runs as 2-D with H = 1."""
 
 from __future__ import annotations
@@ -10,7 +10,16 @@ from math import prod
 
 from irc.backends.common.kernel import A1, A2, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import conv_blas, conv_cols, conv_direct, conv_table, conv_taps, gemm_packed, winograd
+from irc.backends.cpu.render import (
+    conv_blas,
+    conv_cols,
+    conv_direct,
+    conv_pointwise,
+    conv_table,
+    conv_taps,
+    gemm_packed,
+    winograd,
+)
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.conv_gemm import conv_gemm_kernel
 from irc.backends.cpu.render.gemm import THREADS
@@ -109,19 +118,20 @@ def _conv_kernel(ci: int, geometry: tuple[int, ...], nb: int, ho: int, wo: int, 
     7×7 output wastes 1/7 and still wins), the exact im2col panel otherwise (the 3-channel stem, a 3×3 of
     stride 1 on a 7×7 map, a batch of 1×1s on small maps), the im2col tiles over the tap sum's grid for few
     channels at stride 1.
+    A strided 1×1, whatever its weight, takes conv_pointwise.py's gathered product (against the im2col panel on
+    ResNet-18's downsamples: 1.10-1.46× at B = 8, 0.94-1.33× at B = 1; the panel was 1.27-1.35× the tap sum's).
     With the weight known at load (``packed``: register blocks on a weight packed once, their 16-column
-    vectors padding the exact panel too), a strided 1×1 takes the panel (1.27-1.35× the tap sum's BLAS calls
-    on ResNet-18's downsamples at B = 1), a larger kernel on fewer channels than the tap sum takes the table's
+    vectors padding the exact panel too), a larger kernel on fewer channels than the tap sum takes the table's
     product over all taps (the stem: 1.3× the panel at B = 1 and B = 8, its im2col copy gone) unless its grid
     wastes over 1/4 of a row, and otherwise the tap sum, unless its padded grid is over 1/4 wider than the
     padded panel (a 3×3 on a 7×7 map: 64 columns either way, and no im2col copy)."""
     kh, kw, sh, sw, ph, pw, dh, dw = geometry
+    if conv_pointwise.applies((kh, kw), (sh, sw)):
+        return "pointwise"
     if packed and conv_direct.applies(ci, 1, kh * kw):
         return "direct"
     extra = ((kw - 1) * dw) // sw
     if nb > 1 and ho * wo < 256:  # a GEMM per image would be too narrow: one for the batch
-        return "cols"
-    if packed and kh * kw == 1 and (sh, sw) != (1, 1):
         return "cols"
     if packed and conv_table.applies(ci, kh, kw, wo, extra):
         return "table"
@@ -143,7 +153,9 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
     x_shape = ctx.in_shape() if nd == 2 else (ctx.in_shape()[0], ci, 1, ctx.in_shape()[2])
     o_shape = out_shape if nd == 2 else (out_shape[0], co, 1, out_shape[2])
     kind = _conv_kernel(ci, geometry, o_shape[0], o_shape[2], o_shape[3], packed=w_key is not None)
-    in_place = kind == "taps" and ((kw - 1) * dw) // sw == 0  # its GEMMs write the output before reading res
+    # the tap sum's GEMMs (without extra grid columns) and the pointwise product write the output before reading
+    # res: the output must not take res's buffer
+    in_place = kind == "pointwise" or (kind == "taps" and ((kw - 1) * dw) // sw == 0)
     kk = ci * kh * kw
     # a packed weight (its strips, seen as [rows, kk] by the kernel: only their shape is read) or BLAS's
     packed = w_key is not None and kind in ("cols", "table", "direct")
@@ -178,6 +190,10 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
         work = conv_blas.work(ctx, conv_table.work_size(geometry, x_shape, o_shape))
         ctx.emit(f"{conv_table.conv_table_kernel(ctx, act_name)}({operands}, {work}, {ap}, {window}, "
                  f"has_res={has_res}, pb={conv_table.BLOCK}, parts={THREADS})")
+    elif kind == "pointwise":
+        work = conv_blas.work(ctx, conv_pointwise.work_size(x_shape, o_shape))
+        ctx.emit(f"{conv_pointwise.conv_pointwise_kernel(ctx, act_name)}({operands}, {work}, sh={sh}, sw={sw}, "
+                 f"ph={ph}, pw={pw}, has_res={has_res}, parts={THREADS})")
     elif kind == "cols":
         ncol = o_shape[0] * o_shape[2] * o_shape[3]
         tile = conv_cols.tile(co, kk, ncol)
