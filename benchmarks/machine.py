@@ -67,6 +67,24 @@ def load_average() -> str:
         return "?"
 
 
+# Some hosts set these (to keep older OpenBLAS builds off kernels that crash there). They pin a current OpenBLAS
+# to older, narrower kernels: NumPy's sgemm and irc's BLAS calls would run slower, torch's MKL and ONNX Runtime's
+# MLAS would not. Every peer runs without them, and RESULTS.md lists what was removed.
+PEER_ENV_DROPPED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def peer_env(**extra: str) -> dict[str, str]:
+    """The environment a benchmark peer runs in: this one less PEER_ENV_DROPPED, warnings off, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in PEER_ENV_DROPPED}
+    return {**env, "PYTHONWARNINGS": "ignore", **extra}
+
+
+def dropped_from_peers() -> str:
+    """What PEER_ENV_DROPPED removed here, for the machine table."""
+    dropped = [f"{k}={os.environ[k]}" for k in PEER_ENV_DROPPED if k in os.environ]
+    return ", ".join(dropped) or "nothing (none of " + ", ".join(PEER_ENV_DROPPED) + " is set)"
+
+
 def describe() -> dict[str, str]:
     """Everything the results depend on, as (what, value) rows."""
     import numba
@@ -101,4 +119,5 @@ def describe() -> dict[str, str]:
         rows[f"OpenBLAS {Path(lib.path).name}"] = f"{lib.threads()} threads by default"
     rows.update({f"irc run: {k}": v for k, v in threads().items() if not k.startswith("BLAS")})
     rows["irc run: BLAS while a graph runs"] = "1 thread (Numba's pool owns the cores; see backends/cpu/threads.py)"
+    rows["removed from the peers' environment"] = dropped_from_peers()
     return rows

@@ -20,10 +20,8 @@ reversed every other round, and each figure is a peer's fastest round: on a host
 whose neighbours come and go: the same ResNet-18 pass took 9.1 and 11.4 ms minutes apart) a single pass per
 peer, one after the other, put a drift into the ratios; side by side in rounds it shows in every peer alike.
 
-The peers run without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE: some hosts set them (to keep older OpenBLAS
-builds off kernels that crash there), which pins a current OpenBLAS to older, narrower kernels and would
-slow NumPy's sgemm and irc's BLAS calls, but neither torch's MKL nor ONNX Runtime's MLAS. RESULTS.md lists
-what was removed.
+The peers run without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (machine.PEER_ENV_DROPPED says why); RESULTS.md
+lists what was removed.
 
 Options: --quick (smaller sizes, for a smoke test), --only CASE[,CASE], --repeats N, --rounds N,
 --no-write (print only), --out FILE (instead of benchmarks/RESULTS.md).
@@ -33,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -45,20 +42,11 @@ if str(ROOT) not in sys.path:  # python benchmarks/run.py
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import report, suite_decode  # noqa: E402
-from benchmarks.machine import describe, load_average  # noqa: E402
+from benchmarks.machine import describe, load_average, peer_env  # noqa: E402
 
 CASES = ("norms", "attention", "gemms", "models", "compile", "decode")
 MODEL_PEERS = ("irc", "torch", "ort")
 PEER_TIMEOUT_S = 600
-PEER_ENV_DROPPED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # see the module docstring
-
-
-def peer_env() -> dict[str, str]:
-    """The environment every peer runs in."""
-    env = {k: v for k, v in os.environ.items() if k not in PEER_ENV_DROPPED}
-    return {**env, "PYTHONWARNINGS": "ignore"}
-
-
 def fastest(rows: list[dict]) -> list[dict]:
     """One row per (case, item, peer): the one with the fewest seconds (a peer's best round), in the order
     the rows first came."""
@@ -196,11 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"irc benchmarks ({', '.join(cases)}); load average {before}")
     rows, agreement = run(cases, a.quick, a.repeats, a.rounds)
     seconds = time.perf_counter() - start
-    machine = describe()
-    dropped = [f"{k}={os.environ[k]}" for k in PEER_ENV_DROPPED if k in os.environ]
-    machine["removed from the peers' environment"] = ", ".join(dropped) or "nothing (none of " + ", ".join(
-        PEER_ENV_DROPPED) + " was set)"
-    text = render(rows, agreement, machine, (before, load_average()), command, seconds, tuple(cases))
+    text = render(rows, agreement, describe(), (before, load_average()), command, seconds, tuple(cases))
     print("\n" + text)
     if not a.no_write:
         a.out.write_text(text)

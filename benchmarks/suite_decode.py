@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.machine import peer_env
+
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ("irc-cpu", "irc-numpy", "hf")
 PROMPT_LEN = 16
@@ -141,8 +143,7 @@ def _spawn(work: Path, threads: int, *args: str) -> list[dict]:
     """Run one peer of this case in a fresh process; its rows, or none (and a note) when it failed."""
     out = work / f"decode-{len(list(work.iterdir()))}.json"
     cmd = [sys.executable, "-m", "benchmarks.suite_decode", "--threads", str(threads), "--json", str(out), *args]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "IRC_NUM_THREADS": str(threads),
-           "NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    env = peer_env(IRC_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     start = time.perf_counter()
     print(f"  decode: {' '.join(args)}", end="", flush=True)
     try:

@@ -4,7 +4,7 @@ environment. The timings themselves are not tested (speed goals live in benchmar
 from __future__ import annotations
 
 from benchmarks import run
-from benchmarks.machine import cache_sizes, cpu_model
+from benchmarks.machine import cache_sizes, cpu_model, dropped_from_peers, peer_env
 
 
 def _row(case: str, item: str, peer: str, seconds: float) -> dict:
@@ -29,9 +29,13 @@ def test_peers_run_without_the_hosts_openblas_pins(monkeypatch) -> None:
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
     monkeypatch.setenv("OPENBLAS_L2_SIZE", "512")
     monkeypatch.setenv("IRC_NUM_THREADS", "2")
-    env = run.peer_env()
+    env = peer_env(OMP_NUM_THREADS="1")
     assert "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env
-    assert env["IRC_NUM_THREADS"] == "2" and env["PYTHONWARNINGS"] == "ignore"
+    assert env["IRC_NUM_THREADS"] == "2" and env["PYTHONWARNINGS"] == "ignore" and env["OMP_NUM_THREADS"] == "1"
+    assert dropped_from_peers() == "OPENBLAS_CORETYPE=Haswell, OPENBLAS_L2_SIZE=512"
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    monkeypatch.delenv("OPENBLAS_L2_SIZE")
+    assert dropped_from_peers().startswith("nothing")
 
 
 def test_rounds_below_one_are_refused(capsys) -> None:
