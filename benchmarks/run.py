@@ -15,10 +15,11 @@ compile (cold and cached) and decode (irc generate's KV-cache decoding on the CP
 the numpy reference vs Hugging Face generate, GPT-2 small and a 2-layer Llama at B = 1 and 8:
 benchmarks/suite_decode.py). Times are the best of several calls.
 
-The GEMM and model peers run in rounds (``--rounds``, 3 by default), every peer once a round, the order
-reversed every other round, and each figure is a peer's fastest round: on a host whose speed drifts (a VM
-whose neighbours come and go: the same ResNet-18 pass took 9.1 and 11.4 ms minutes apart) a single pass per
-peer, one after the other, put a drift into the ratios; side by side in rounds it shows in every peer alike.
+The peers of the norms, attention, GEMM and model cases run in rounds (``--rounds``, 3 by default), every peer
+once a round, the order reversed every other round, and each figure is a peer's fastest round: on a host whose
+speed drifts (a VM whose neighbours come and go: the same ResNet-18 pass took 9.1 and 11.4 ms minutes apart) a
+single pass per peer, one after the other, put a drift into the ratios; side by side in rounds it shows in every
+peer alike.
 
 The peers run without OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (machine.PEER_ENV_DROPPED says why); RESULTS.md
 lists what was removed.
@@ -106,10 +107,10 @@ def run(cases: list[str], quick: bool, repeats: int, rounds: int = 1) -> tuple[l
     with tempfile.TemporaryDirectory(prefix="irc-bench-") as tmp:
         work = Path(tmp)
         if "norms" in cases:
-            for peer in ("copy", "irc", "torch", "numpy"):
+            for _, peer in _in_rounds(rounds, ("copy", "irc", "torch", "numpy")):
                 rows += _peer(work, "norms", peer, *common)
         if "attention" in cases:
-            for peer in ("sgemm", "irc", "torch", "numpy"):
+            for _, peer in _in_rounds(rounds, ("sgemm", "irc", "torch", "numpy")):
                 rows += _peer(work, "attention", peer, *common)
         if "gemms" in cases:
             for _, peer in _in_rounds(rounds, ("numpy", "irc")):
@@ -153,8 +154,8 @@ def render(rows: list[dict], agreement: dict[str, dict[str, float]], machine: di
         targets += t
     head = ["# irc benchmarks", "",
             f"`{command}` — every peer in its own process, all in this one run ({seconds / 60:.1f} min). "
-            "Times are the best of several calls after a warm-up; GEMM and model peers run in rounds, each "
-            "figure its peer's fastest round.", "",
+            "Times are the best of several calls after a warm-up; the peers of the norms, attention, GEMM and "
+            "model cases run in rounds, each figure its peer's fastest round.", "",
             "## Machine", "", report.table(["", ""], [[k, v] for k, v in machine.items()]), "",
             f"Load average (1, 5, 15 min) before the run: {loads[0]}; after: {loads[1]} "
             "(other programs share these cores; ratios are measured side by side).", "",
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the suite")
     p.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases ({', '.join(CASES)})")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=3, help="rounds of the gemms and models peers (each its best)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the norms, attention, gemms and models peers "
+                   "(each figure its peer's best)")
     p.add_argument("--no-write", action="store_true", help="print the tables, leave RESULTS.md alone")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md", help="where the tables go")
     a = p.parse_args(argv)
