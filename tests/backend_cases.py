@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from math import prod
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,14 @@ from irc.passes import PASSES
 from irc.runtime.graphs import graph_from_source
 
 # -- weights, inputs, the reference ------------------------------------------------------
+
+
+def shared_temp(factory: pytest.TempPathFactory) -> Path:
+    """The session's temporary folder that every pytest-xdist worker of this run shares (each worker's own
+    base folder is one level below it), so a graph that two workers compile is compiled once: the cache
+    serialises the two with a lock on the entry."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def build(source: str, **bindings: int) -> Graph:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from backend_cases import build, random_inputs, random_weights, reference
+from backend_cases import build, random_inputs, random_weights, reference, shared_temp
 
 __all__ = ["TINY", "TOLERANCE", "assert_matches", "build", "cpu_cache", "random_inputs", "random_weights",
            "reference", "rel_error", "tiny_case"]
@@ -36,7 +36,7 @@ def assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray], tol:
 @pytest.fixture(scope="session")
 def cpu_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache directory for the whole session, so a graph compiled twice compiles once."""
-    return tmp_path_factory.getbasetemp() / "irc-cpu-cache"
+    return shared_temp(tmp_path_factory) / "irc-cpu-cache"
 
 
 # the cache tests' model: two cheap kernels, a linear layer and a ReLU

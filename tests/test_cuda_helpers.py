@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from backend_cases import random_inputs, random_weights, reference
+from backend_cases import random_inputs, random_weights, reference, shared_temp
 
 from irc.backends.cuda import simfast, simwarp
 from irc.backends.cuda.device import use_simulator
@@ -65,4 +65,4 @@ def check_graph(compiled, graph, seed: int = 0, tol: float = TOLERANCE, id_bound
 @pytest.fixture(scope="session")
 def cuda_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache directory for the session: a module generated twice is written once."""
-    return tmp_path_factory.getbasetemp() / "irc-cuda-cache"
+    return shared_temp(tmp_path_factory) / "irc-cuda-cache"
