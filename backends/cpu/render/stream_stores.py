@@ -9,6 +9,12 @@ the caches, so a reader soon after fetches it from memory: kernels take this pat
 of at least ``STREAM_BYTES`` (:func:`streams`), which would have left the caches before their reader
 came anyway, and not over their own input (``same_data``), whose lines are in cache already.
 
+While a row streams out, each of its lines prefetches the same line of the next row (and of the next
+residual row), which the caller's first sweep reads next: otherwise a row's reads all wait for its
+writes, and the two directions of the memory bus take turns. On the Zen 5 host (2 threads, 65,536 ×
+1,024), against a plain prange copy in the same process, alternating processes: LayerNorm 0.84–1.10
+of the copy without, 1.13–1.30 with; add + LayerNorm 0.90–1.08 without, 1.40–1.44 with.
+
 Streaming stores are weakly ordered: every thread ends its share with ``stream_fence`` (x86's
 sfence) before the parallel loop joins. Elsewhere than x86 both are ordinary stores and no fence.
 """
@@ -80,8 +86,14 @@ def stream_rows(name, added):
 
             def whole_lines(stream_total):
                 with cgutils.for_range(builder, lines) as loop:
-                    row(builder.add(lead, builder.mul(loop.index, llvm_ir.Constant(i64, 16))), vector_at, shift, scale,
-                        True, stream_total)
+                    j = builder.add(lead, builder.mul(loop.index, llvm_ir.Constant(i64, 16)))
+                    # the same line of the next row, which the caller's first sweep reads next: its loads then
+                    # overlap these stores instead of following them (a prefetch past the array never faults)
+                    ahead = builder.add(builder.add(xo_, d_), j)
+                    vec_prefetch(builder, xp, ahead)
+                    if added:
+                        vec_prefetch(builder, rp, ahead)
+                    row(j, vector_at, shift, scale, True, stream_total)
             if added:  # total streams too when it sits as out does against 64-byte lines
                 apart = builder.sub(builder.ptrtoint(builder.gep(tp, [oo_]), i64), address)
                 same = builder.icmp_signed("==", builder.and_(apart, llvm_ir.Constant(i64, 63)),
@@ -161,6 +173,7 @@ def use(parts: ModuleParts) -> None:
     from irc.backends.cpu.render import sdpa_simd
 
     parts.device("vec_ptr", sdpa_simd.SOURCES["vec_ptr"])
+    parts.device("vec_prefetch", sdpa_simd.SOURCES["vec_prefetch"])
     parts.device("stream_rows", STREAM_ROWS)
     for name, source in STREAM_BLOCKS.items():
         parts.device(name, source)
