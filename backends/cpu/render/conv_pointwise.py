@@ -6,8 +6,12 @@ channel, into a dense [C, ho·wo] panel: at stride 2 a quarter of the input, whe
 copies all of its s × s phase planes to use one. An image's block of the NCHW output, [out, ho·wo], is then
 exactly the product weight [out, C] × panel [C, ho·wo]: one single-threaded BLAS call writes it in place (no
 product tile, no copy back), and the epilogue (bias, residual, activation) runs over that block while it is
-still in cache. Tasks are (image, block of output channels): one image makes four blocks, a batch of four or
-more one block an image, whatever the thread count (so the result is the same bits on any).
+still in cache. Tasks are (image, block of output channels): one image makes two blocks, a batch of two or
+more one block an image, whatever the thread count (so the result is the same bits on any). Two tasks, not
+four, for one image: on 2 threads, interleaved in one process through ``CompiledGraph.run``, four blocks of
+ResNet-18's downsamples ran 1.25×, 1.04× and 1.05× slower at B = 1 (64, 128, 256 channels in) and 1.07–1.13×
+at B = 2: BLAS on a 32-row block of a 64-deep panel is the weak spot. A wider machine runs one image's
+strided 1×1 (12.8 MFLOP in ResNet) on two of its cores.
 
 Measured on two threads of this project's AMD EPYC (Zen 5), interleaved in one process against the im2col panel
 of conv_cols.py that served these before (its register blocks on a packed weight), whole calls through
@@ -24,7 +28,7 @@ from irc.backends.cpu.jit import jit
 from irc.backends.cpu.render.context import NodeCtx
 
 JIT = jit()
-TASKS = 4  # tasks the products of a batch make at least (see the kernel)
+TASKS = 2  # tasks the products of a batch make at least (see the module's docstring)
 
 POINTWISE = """\
 {jit}
