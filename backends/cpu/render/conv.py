@@ -204,11 +204,12 @@ def _gemm_conv_call(ctx: NodeCtx, nd: int, flat: Callable[[], str], w_key: str |
         ctx.emit(f"{conv_gemm_kernel(ctx, act_name)}({operands}, {window}, has_res={has_res}, parts={THREADS})")
 
 
-def _winograd(ctx: NodeCtx) -> bool:
+def _winograd(ctx: NodeCtx) -> winograd.Variant | None:
+    """The Winograd variant serving a 2-D convolution node, if any."""
     kh, kw, sh, sw, ph, pw, dh, dw = _geometry(ctx, 2)
-    nb, _, ho, wo = ctx.out_shape()
-    tiles = nb * ((ho + 1) // 2) * ((wo + 1) // 2)
-    return winograd.applies((kh, kw), (sh, sw), (dh, dw), int(ctx.attr("groups", 1)), tiles)
+    nb, co, ho, wo = ctx.out_shape()
+    return winograd.variant((kh, kw), (sh, sw), (dh, dw), int(ctx.attr("groups", 1)), nb, ctx.in_shape()[1], co, ho,
+                            wo)
 
 
 def render_conv(ctx: NodeCtx) -> None:
@@ -216,9 +217,10 @@ def render_conv(ctx: NodeCtx) -> None:
     groups = int(ctx.attr("groups", 1))
     w_shape = ctx.weight_shape("weight")
     bias = ctx.weight_or_zeros("bias", w_shape[0])
-    if nd == 2 and _winograd(ctx):
-        u = winograd.packed_filter(ctx, ctx.weight_key("weight"), ctx.weight("weight"), w_shape[0], w_shape[1])
-        winograd.winograd_call(ctx, u, bias, None, "none", *_geometry(ctx, 2)[4:6], packed=True)
+    wino = _winograd(ctx) if nd == 2 else None
+    if wino is not None:
+        u = winograd.packed_filter(ctx, wino, ctx.weight_key("weight"), ctx.weight("weight"), w_shape[0], w_shape[1])
+        winograd.winograd_call(ctx, wino, u, bias, None, "none", *_geometry(ctx, 2)[4:6], packed=True)
         return
     if groups == 1:
         w = ctx.weight("weight")

@@ -110,11 +110,11 @@ def _render_conv_bn(ctx: NodeCtx) -> None:
         b2 = ctx.derive(f"~bn_fold_bias({tag})", b2)
     res = ctx.args[6] if len(ctx.args) > 6 else None
     co, ci = ctx.in_shape(1)[:2]
-    if _winograd(ctx):
-        u = (winograd.packed_filter(ctx, f"bn_fold_weight({tag})", w2_expr, co, ci) if weights
-             else f"winograd_filter({w2_expr}, {co}, {ci})")
-        ctx.helper("winograd_filter", winograd.FILTER)
-        winograd.winograd_call(ctx, u, b2, res, ctx.attr("act"), *_geometry(ctx, 2)[4:6], packed=weights)
+    wino = _winograd(ctx)
+    if wino is not None:
+        u = (winograd.packed_filter(ctx, wino, f"bn_fold_weight({tag})", w2_expr, co, ci) if weights
+             else winograd.filter_expr(ctx, wino, w2_expr, co, ci))
+        winograd.winograd_call(ctx, wino, u, b2, res, ctx.attr("act"), *_geometry(ctx, 2)[4:6], packed=weights)
         return
     def folded() -> str:
         return ctx.derive(f"~bn_fold_weight({tag})", w2_expr) if weights else w2_expr

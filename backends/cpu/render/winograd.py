@@ -7,15 +7,21 @@ GEMM M[e] = U[e] [out, in] × V[e] [in, tiles]: 16·in·out multiplies per tile 
 (2.25× fewer). The filter transform runs once per weights dict (a derived weight). The transforms only
 add and halve, so the result stays within float32 rounding of the direct convolution.
 
+F(4×4, 3×3) (winograd_f43.py) does the same with 36 elements for 4×4 outputs (2.25 multiplies an output
+against 4), at the cost of larger transforms: it serves wide layers (variant() says which).
+
 Tiles of the whole batch are cut into chunks whose transformed input and product stay in L2; threads
 split the chunks, or, when there are fewer chunks than threads (small maps), the output channels.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import ModuleType
+
 from irc.backends.common.kernel import A1, A3, A4, I64, Kernel
 from irc.backends.cpu.jit import jit
-from irc.backends.cpu.render import gemm_packed
+from irc.backends.cpu.render import gemm_packed, winograd_f43
 from irc.backends.cpu.render import winograd_transforms as transforms
 from irc.backends.cpu.render.context import NodeCtx
 from irc.backends.cpu.render.gemm import THREADS
@@ -30,24 +36,19 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
     in_strips = packed != 0  # ap: each element's U in 6-row strips (gemm_packed.py); V's rows padded to 16
     strips = (co + 5) // 6
     ho, wo = out.shape[2], out.shape[3]
-    ty_n = (ho + 1) // 2
-    tx_n = (wo + 1) // 2
-    wp = tx_n + 1  # grid positions a row (winograd_transforms.py): the tiles and one that is none
-    hp = ty_n + 2  # phase-plane rows: the tiles' patches, and one zero row the last position reads into
+    ty_n = (ho + {m1}) // {m}
+    tx_n = (wo + {m1}) // {m}
+    wp = tx_n + 1  # grid positions a row ({transforms}): the tiles and one that is none
+    hp = ty_n + 2  # phase-plane rows: the tiles' patches, and a zero row the last position may read into
     g = ty_n * wp  # grid positions an image
-    planes = np.empty((nb, 4, ci, hp * wp), np.float32)  # the input's 2×2 phase planes, zero-padded
-    cblocks = parts if 4 * nb < 2 * parts else 1
-    for t in prange(nb * 4 * cblocks):
-        c = t % cblocks
-        conv_phases(x, planes, t // cblocks, 2, 2, ph, pw, hp, wp, c * ci // cblocks, (c + 1) * ci // cblocks)
-    ntile = nb * g
-    chunk = max(8, min(ntile, 24576 // (ci + co)))
+{planes}    ntile = nb * g
+    chunk = max(8, min(ntile, {chunk_floats} // (ci + co)))
     nchunk = (ntile + chunk - 1) // chunk
     # by chunks of tiles each thread reads all of U once a chunk: fine while U stays in L2 (≤ 1 MiB), else
     # (ResNet's 256 and 512 channels at B = 8) splitting the output channels reads U once, plus all of V
-    usize = 16 * co * ci
+    usize = {e} * co * ci
     tiles_cost = (nchunk + parts - 1) // parts * (usize if usize > 262144 else 0)
-    channels_cost = usize // parts + 16 * ci * ntile + 16 * co * ntile // parts
+    channels_cost = usize // parts + {e} * ci * ntile + {e} * co * ntile // parts
     by_tiles = nchunk >= 2 * parts and tiles_cost <= channels_cost
     if by_tiles:
         nchunk = (nchunk + parts - 1) // parts * parts
@@ -55,10 +56,10 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
     else:
         nchunk, chunk = 1, ntile
     ldc = (chunk + 15) // 16 * 16 if in_strips else chunk  # V's and the product's row stride, at most
-    v_all = np.empty(16 * winograd_stride(ci * ldc) if not by_tiles else 1, np.float32)
+    v_all = np.empty({e} * winograd_stride(ci * ldc) if not by_tiles else 1, np.float32)
     if not by_tiles:  # one input transform of every tile, split by channels, then the products by channels out
         for c in prange(parts):
-            winograd_input(planes, v_all, winograd_stride(ci * ldc), ldc, c * ci // parts, (c + 1) * ci // parts, 0,
+            {pre}_input(planes, v_all, winograd_stride(ci * ldc), ldc, c * ci // parts, (c + 1) * ci // parts, 0,
                            ntile, g, wp)
     out3 = out.reshape(nb, co, ho * wo)
     uf = u.reshape(-1)
@@ -72,10 +73,10 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
         elif in_strips:  # whole strips a thread
             o0, o1 = min(co, 6 * s0), min(co, 6 * s1)
         rows = (s1 - s0) * 6 if in_strips else o1 - o0  # the product's rows
-        vbuf = np.empty(16 * winograd_stride(ci * ldc) if by_tiles else 1, np.float32)
-        mbuf = np.empty(16 * winograd_stride(rows * ldc), np.float32)
+        vbuf = np.empty({e} * winograd_stride(ci * ldc) if by_tiles else 1, np.float32)
+        mbuf = np.empty({e} * winograd_stride(rows * ldc), np.float32)
         sbuf = np.empty(8 * ldc, np.float32)  # the output transform's row sums, then its 2×2 results
-        ybuf = np.empty(4 * ldc, np.float32)
+        ybuf = np.empty({m2} * ldc, np.float32)
         for k in range(k0, k1):
             if o1 == o0:
                 break
@@ -88,29 +89,38 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
             vs = winograd_stride(ci * ldm)  # element e of V is [in, m] at vf[e·vs:], rows ldm apart
             if by_tiles:
                 vf = vbuf
-                winograd_input(planes, vbuf, vs, ldm, 0, ci, t0, t1, g, wp)
+                {pre}_input(planes, vbuf, vs, ldm, 0, ci, t0, t1, g, wp)
             else:
                 vf = v_all
             em = winograd_stride(rows * ldm)  # element e of column j, channel o: mf[e·em + (o − o0)·ldm + j]
             mf = mbuf
-            for e in range(16):
+            for e in range({e}):
                 if in_strips:
                     gemm_strips(ap, e * strips * ci * 6, ci, s0, s1, ci, vf, e * vs, ldm, ldm, mf, e * em, ldm, 0)
                 else:
                     blas_sgemm(0, 0, o1 - o0, m, ci, uf, (e * co + o0) * ci, ci, vf, e * vs, m, np.float32(0.0), mf,
                                e * em, m)
             for o in range(o0, o1):  # the output transform and the epilogue, channel after channel
-                winograd_output(mf, em, ldm, o - o0, m, sbuf, ybuf)
+                {pre}_output(mf, em, ldm, o - o0, m, sbuf, ybuf)
                 t = t0
                 while t < t1:  # one image's run of positions
                     n = t // g
                     q0 = t - n * g
                     q1 = min(g, q0 + t1 - t)
-                    winograd_store_{act}(ybuf[t - t0:], ldm, q0, q1, g, wp, tx_n, b[o], res[n, o], out3[n, o],
+                    {pre}_store_{act}(ybuf[t - t0:], ldm, q0, q1, g, wp, tx_n, b[o], res[n, o], out3[n, o],
                                          has_res, wo, ho)
                     t += q1 - q0
 """
 
+
+# F(2×2, 3×3)'s operand of the input transform: the input's 2×2 phase planes, zero-padded
+F23_PLANES = """\
+    planes = np.empty((nb, 4, ci, hp * wp), np.float32)
+    cblocks = parts if 4 * nb < 2 * parts else 1
+    for t in prange(nb * 4 * cblocks):
+        c = t % cblocks
+        conv_phases(x, planes, t // cblocks, 2, 2, ph, pw, hp, wp, c * ci // cblocks, (c + 1) * ci // cblocks)
+"""
 
 # The 16 elements of V and of the products lie one stride apart, and the transforms touch all 16 at once. A
 # stride of a whole number of 4 KiB pages would put the 16 in one L1 set, which holds 12 lines: ResNet's
@@ -141,48 +151,92 @@ def winograd_filter(w, co, ci):
 # Winograd won 6.6 ms against 7.3). Those layers now take the tap sum on the packed weight (1.1 ms).
 MIN_TILES = 32
 
+# F(4×4, 3×3) against F(2×2, 3×3), the whole kernel, interleaved in one process (2 threads): 128 channels on
+# 28×28 maps 1.29× at B = 8 and 1.34× at B = 1; 64 channels on 56×56 1.03× at B = 8 and 0.74× at B = 1
+# (the transforms, 36 values a tile each way, then weigh more than the products they save); 256 on
+# 14×14 (cut tiles: 16 of 4×4 cover 256 outputs for 196) 1.02× and 0.65×.
+F43_CHANNELS = 128
 
-def applies(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int,
-            tiles: int) -> bool:
-    """Winograd serves 3×3 convolutions of stride 1 and dilation 1 without groups, over ``tiles`` 2×2 output
-    tiles (the whole batch's) of at least MIN_TILES."""
-    return kernel == (3, 3) and stride == (1, 1) and dilation == (1, 1) and groups == 1 and tiles >= MIN_TILES
+
+@dataclass(frozen=True)
+class Variant:
+    """One of the two minimal filterings: F(m×m, 3×3) with its transforms' source and names."""
+    m: int  # outputs a tile side
+    prefix: str  # of the transforms' names: <prefix>_input, <prefix>_output, <prefix>_store_<act>
+    transforms: ModuleType  # INPUT, OUTPUT, STORE
+    filter_name: str
+    filter_source: str
+    planes: str  # the kernel's lines that prepare the input transform's operand, ``planes``
+    chunk_floats: int  # a chunk of tiles holds about this many over the input and output channels
+
+    @property
+    def elements(self) -> int:
+        return (self.m + 2) ** 2
 
 
-def packed_filter(ctx: NodeCtx, key: str, weight_expr: str, co: int, ci: int) -> str:
+F23 = Variant(2, "winograd", transforms, "winograd_filter", FILTER, F23_PLANES, 24576)
+F43 = Variant(4, "winograd_f43", winograd_f43, "winograd_f43_filter", winograd_f43.FILTER, winograd_f43.PLANES, 16384)
+
+
+def variant(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int,
+            batch: int, ci: int, co: int, ho: int, wo: int) -> Variant | None:
+    """The Winograd variant serving a convolution, or None: 3×3 convolutions of stride 1 and dilation 1
+    without groups, over at least MIN_TILES 2×2 output tiles (the whole batch's). F(4×4, 3×3) where its
+    products save more than its larger transforms cost: channels enough on both sides, maps whose sides are
+    multiples of 4 (else its cut tiles waste products) and MIN_TILES 4×4 tiles."""
+    if kernel != (3, 3) or stride != (1, 1) or dilation != (1, 1) or groups != 1:
+        return None
+    if batch * ((ho + 1) // 2) * ((wo + 1) // 2) < MIN_TILES:
+        return None
+    if min(ci, co) >= F43_CHANNELS and ho % 4 == 0 and wo % 4 == 0 and batch * (ho // 4) * (wo // 4) >= MIN_TILES:
+        return F43
+    return F23
+
+
+def filter_expr(ctx: NodeCtx, v: Variant, weight_expr: str, co: int, ci: int) -> str:
+    """The transformed filter ([elements, out, in]) as an expression evaluated on every run."""
+    ctx.helper(v.filter_name, v.filter_source)
+    return f"{v.filter_name}({weight_expr}, {co}, {ci})"
+
+
+def packed_filter(ctx: NodeCtx, v: Variant, key: str, weight_expr: str, co: int, ci: int) -> str:
     """The transformed filter with each element's [out, in] in 6-row strips (gemm_packed.py), derived once."""
-    ctx.helper("winograd_filter", FILTER)
     gemm_packed.use(ctx.parts)
-    return ctx.derive(f"~winograd_f23_strips({key})", f"gemm_pack6(winograd_filter({weight_expr}, {co}, {ci}), {co}, "
-                      f"{ci})")
+    return ctx.derive(f"~winograd_f{v.m}3_strips({key})",
+                      f"gemm_pack6({filter_expr(ctx, v, weight_expr, co, ci)}, {co}, {ci})")
 
 
-def winograd_call(ctx: NodeCtx, u: str, b: str, res: str | None, act_name: str, ph: int, pw: int,
+def winograd_call(ctx: NodeCtx, v: Variant, u: str, b: str, res: str | None, act_name: str, ph: int, pw: int,
                   packed: bool = False) -> None:
-    """The call of k_winograd_<act> on the node's [B, C, H, W] input and result; its products by BLAS on
-    ``u`` ([16, out, in], winograd_filter), or by register blocks when ``u`` is ``packed`` (packed_filter)."""
+    """The call of k_<prefix>_<act> on the node's [B, C, H, W] input and result; its products by BLAS on
+    ``u`` ([elements, out, in], filter_expr), or by register blocks when ``u`` is ``packed`` (packed_filter)."""
     from irc.backends.cpu.render.activations import act
     from irc.backends.cpu.render.conv_blas import sgemm
     from irc.backends.cpu.render.conv_gemm import PHASES
     from irc.backends.cpu.render.mathfns import DEVICE_JIT
 
     ctx.parts.device("conv_phases", PHASES.format(jit=DEVICE_JIT))
-    ctx.parts.device("winograd_input", transforms.INPUT.format(jit=DEVICE_JIT))
-    ctx.parts.device("winograd_output", transforms.OUTPUT.format(jit=DEVICE_JIT))
-    ctx.parts.device(f"winograd_store_{act_name}", transforms.STORE.format(jit=DEVICE_JIT, act=act_name,
-                                                                          expr=act(ctx.parts, act_name)))
+    for fn, source in getattr(v.transforms, "DEVICE", {}).items():
+        ctx.parts.device(fn, source.format(jit=DEVICE_JIT))
+    ctx.parts.device(f"{v.prefix}_input", v.transforms.INPUT.format(jit=DEVICE_JIT))
+    ctx.parts.device(f"{v.prefix}_output", v.transforms.OUTPUT.format(jit=DEVICE_JIT))
+    ctx.parts.device(f"{v.prefix}_store_{act_name}", v.transforms.STORE.format(jit=DEVICE_JIT, act=act_name,
+                                                                              expr=act(ctx.parts, act_name)))
     ctx.parts.device("winograd_stride", STRIDE.format(jit=DEVICE_JIT))
     sgemm(ctx)
     gemm_packed.use(ctx.parts)
-    name = f"k_winograd_{act_name}"
-    k = ctx.kernel(Kernel(name, WINOGRAD.format(jit=JIT, name=name, act=act_name),
-                          (A4, A3, A1, A1, A3, A4) + (I64,) * 5))
+    name = f"k_{v.prefix}_{act_name}"
+    e = v.elements
+    source = WINOGRAD.format(jit=JIT, name=name, act=act_name, m=v.m, m1=v.m - 1, m2=v.m * v.m, planes=v.planes,
+                             e=e, pre=v.prefix, transforms=v.transforms.__name__.rsplit(".", 1)[1] + ".py",
+                             chunk_floats=v.chunk_floats)
+    k = ctx.kernel(Kernel(name, source, (A4, A3, A1, A1, A3, A4) + (I64,) * 5))
     out_shape = ctx.out_shape()
     out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None else ())
     rows = f"{out_shape[0]}, {out_shape[1]}, {out_shape[2] * out_shape[3]}"
     res3 = f"{res}.reshape({rows})" if res is not None else f"{out}.reshape({rows})"  # unread when has_res=0
-    if packed:  # the kernel's u: the strips seen as [16, rows, in] (only its shape is read); ap: the strips
-        u, ap = f"{u}.reshape(16, {gemm_packed.strips(out_shape[1]) * 6}, {ctx.in_shape()[1]})", u
+    if packed:  # the kernel's u: the strips seen as [elements, rows, in] (only its shape is read); ap: the strips
+        u, ap = f"{u}.reshape({e}, {gemm_packed.strips(out_shape[1]) * 6}, {ctx.in_shape()[1]})", u
     else:
         ap = b  # (unread)
     ctx.emit(f"{k}({ctx.args[0]}, {u}, {ap}, {b}, {res3}, {out}, ph={ph}, pw={pw}, "
