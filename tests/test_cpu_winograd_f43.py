@@ -43,6 +43,7 @@ def test_kernel_is_chosen_for_wide_channels_on_maps_of_multiples_of_4(cpu_cache)
     """128 channels in, 130 out, a 24×24 map: F(4×4, 3×3) (36 tiles at B = 1); the result is the reference's."""
     assert winograd.variant((3, 3), (1, 1), (1, 1), 1, 1, 128, 130, 24, 24) is winograd.F43
     assert winograd.variant((3, 3), (1, 1), (1, 1), 1, 1, 64, 64, 56, 56) is winograd.F23
+    assert winograd.variant((3, 3), (1, 1), (1, 1), 1, 2, 64, 64, 56, 56) is winograd.F43
     assert winograd.variant((3, 3), (1, 1), (1, 1), 1, 8, 256, 256, 14, 14) is winograd.F23
     graph = build(F43_MODEL, B=1)
     w, x = random_weights(graph), random_inputs(graph)

@@ -49,7 +49,7 @@ def {name}(x, u, ap, b, res, out, ph, pw, has_res, packed, parts):
     usize = {e} * co * ci
     tiles_cost = (nchunk + parts - 1) // parts * (usize if usize > 262144 else 0)
     channels_cost = usize // parts + {e} * ci * ntile + {e} * co * ntile // parts
-    by_tiles = nchunk >= 2 * parts and tiles_cost <= channels_cost
+    by_tiles = nchunk >= {min_chunks} * parts and tiles_cost <= channels_cost
     if by_tiles:
         nchunk = (nchunk + parts - 1) // parts * parts
         chunk = (ntile + nchunk - 1) // nchunk
@@ -152,10 +152,14 @@ def winograd_filter(w, co, ci):
 MIN_TILES = 32
 
 # F(4×4, 3×3) against F(2×2, 3×3), the whole kernel, interleaved in one process (2 threads): 128 channels on
-# 28×28 maps 1.29× at B = 8 and 1.34× at B = 1; 64 channels on 56×56 1.03× at B = 8 and 0.74× at B = 1
-# (the transforms, 36 values a tile each way, then weigh more than the products they save); 256 on
-# 14×14 (cut tiles: 16 of 4×4 cover 256 outputs for 196) 1.02× and 0.65×.
+# 28×28 maps 1.29× at B = 8, 1.28× at B = 2 and 1.34× at B = 1; 64 channels on 56×56 1.14× at B = 8, 1.19× at
+# B = 4, 1.22× at B = 2, but 0.85× at B = 1 (196 tiles; with fewer channels the transforms, 36 values a tile
+# each way, weigh more against the products they save); 256 on 14×14 (cut tiles: 16 of 4×4 cover 256
+# outputs for 196) 1.02× at B = 8 and 0.65× at B = 1. So: F(4×4, 3×3) from F43_CHANNELS channels on both
+# sides, or from F43_FEWER_CHANNELS with F43_FEWER_TILES tiles of 4×4 or more.
 F43_CHANNELS = 128
+F43_FEWER_CHANNELS = 64
+F43_FEWER_TILES = 256
 
 
 @dataclass(frozen=True)
@@ -168,27 +172,34 @@ class Variant:
     filter_source: str
     planes: str  # the kernel's lines that prepare the input transform's operand, ``planes``
     chunk_floats: int  # a chunk of tiles holds about this many over the input and output channels
+    min_chunks: int  # chunks a thread at least, else the work splits by channels
 
     @property
     def elements(self) -> int:
         return (self.m + 2) ** 2
 
 
-F23 = Variant(2, "winograd", transforms, "winograd_filter", FILTER, F23_PLANES, 24576)
-F43 = Variant(4, "winograd_f43", winograd_f43, "winograd_f43_filter", winograd_f43.FILTER, winograd_f43.PLANES, 16384)
+F23 = Variant(2, "winograd", transforms, "winograd_filter", FILTER, F23_PLANES, 24576, 2)
+# F(4×4, 3×3)'s chunks: 128 tiles on 64 + 64 channels (two 64-column blocks of the products), 64 on 128 + 128
+F43 = Variant(4, "winograd_f43", winograd_f43, "winograd_f43_filter", winograd_f43.FILTER, winograd_f43.PLANES,
+              16384, 1)
 
 
 def variant(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], groups: int,
             batch: int, ci: int, co: int, ho: int, wo: int) -> Variant | None:
     """The Winograd variant serving a convolution, or None: 3×3 convolutions of stride 1 and dilation 1
     without groups, over at least MIN_TILES 2×2 output tiles (the whole batch's). F(4×4, 3×3) where its
-    products save more than its larger transforms cost: channels enough on both sides, maps whose sides are
-    multiples of 4 (else its cut tiles waste products) and MIN_TILES 4×4 tiles."""
+    products save more than its larger transforms cost: channels enough on both sides (fewer with more
+    tiles), maps whose sides are multiples of 4 (else its cut tiles waste products), MIN_TILES 4×4 tiles."""
     if kernel != (3, 3) or stride != (1, 1) or dilation != (1, 1) or groups != 1:
         return None
     if batch * ((ho + 1) // 2) * ((wo + 1) // 2) < MIN_TILES:
         return None
-    if min(ci, co) >= F43_CHANNELS and ho % 4 == 0 and wo % 4 == 0 and batch * (ho // 4) * (wo // 4) >= MIN_TILES:
+    tiles = batch * (ho // 4) * (wo // 4)
+    channels = min(ci, co)
+    if ho % 4 or wo % 4 or tiles < MIN_TILES:
+        return F23
+    if channels >= F43_CHANNELS or (channels >= F43_FEWER_CHANNELS and tiles >= F43_FEWER_TILES):
         return F43
     return F23
 
@@ -229,7 +240,7 @@ def winograd_call(ctx: NodeCtx, v: Variant, u: str, b: str, res: str | None, act
     e = v.elements
     source = WINOGRAD.format(jit=JIT, name=name, act=act_name, m=v.m, m1=v.m - 1, m2=v.m * v.m, planes=v.planes,
                              e=e, pre=v.prefix, transforms=v.transforms.__name__.rsplit(".", 1)[1] + ".py",
-                             chunk_floats=v.chunk_floats)
+                             chunk_floats=v.chunk_floats, min_chunks=v.min_chunks)
     k = ctx.kernel(Kernel(name, source, (A4, A3, A1, A1, A3, A4) + (I64,) * 5))
     out_shape = ctx.out_shape()
     out = ctx.alloc(inplace=(len(ctx.args) - 1,) if res is not None else ())
