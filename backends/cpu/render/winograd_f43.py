@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
+from irc.backends.cpu.render.winograd_transforms import input_source, store_source
+
 TILE = 4  # outputs a tile side
 ALPHA = 6  # the patch's side: TILE + 3 − 1
 ELEMENTS = ALPHA * ALPHA
@@ -142,32 +144,14 @@ def winograd_f43_rows(x, planes, t, ph, pw, hp, wp):
     U = np.uint64
 """ + _constants(BT) + _row_loops()
 
-INPUT = """\
-{jit}
-def winograd_f43_input(planes, vf, em, ld, c0, c1, t0, t1, g, wp):
-    \"\"\"V = Bᵀ·d·B of channels [c0, c1) for grid positions [t0, t1) of the batch (g per image) into vf:
-    element e as [in, t1 − t0] at vf[e·em:], rows ld apart (the columns from t1 − t0 to ld are zeros);
-    d·B from winograd_f43_rows.\"\"\"
+INPUT = input_source("winograd_f43", 36, "winograd_f43_rows' d·B", """\
     ci = planes.shape[1]
     kk = planes.shape[2] // 6
     hw = kk // 4
     rf = planes.reshape(-1)
-    m = t1 - t0
-    U = np.uint64
-""" + _constants(BT) + """\
-    for c in range(c0, c1):
-        t = t0
-        while t < t1:  # one image's run of positions
-            n = t // g
-            q0 = t - n * g
-            q1 = min(g, q0 + t1 - t)
-            o = c * ld + t - t0 - q0  # position q of this image is column o + q of each element's row c
+""" + _constants(BT), """\
             r0 = (n * ci + c) * 6 * kk
-""" + _input_loops() + """\
-            t += q1 - q0
-        for e in range(36 if ld > m else 0):
-            vf[e * em + c * ld + m:e * em + (c + 1) * ld] = np.float32(0.0)
-"""
+""", _input_loops())
 
 DEVICE = {"winograd_f43_rows": ROWS}  # device functions beyond the three every variant has
 
@@ -180,48 +164,7 @@ def winograd_f43_output(mf, em, ldm, r, m, sbuf, ybuf):
     r0 = r * ldm
 """ + _constants(AT) + _output_loops()
 
-# The epilogue: each tile's 4×4 outputs (the last row and column of tiles may be cut), plus the bias, the
-# residual and the activation, written four output columns per tile
-STORE = """\
-{jit}
-def winograd_f43_store_{act}(ybuf, ldm, t0, t1, g, wp, tx_n, bo, src, dst, has_res, wo, ho):
-    \"\"\"dst[4ty + a, 4tx + b] = act(Y[a, b] of the tile + bo (+ src[…])) for the grid positions [t0, t1) of
-    one image (g of them), Y from ybuf (winograd_f43_output), dst and src one output channel's [ho·wo].\"\"\"
-    U = np.uint64
-    t = t0
-    while t < t1:  # one row of tiles at a time
-        ty = t // wp
-        a0 = t - ty * wp
-        a1 = min(wp, a0 + t1 - t)
-        e = min(a1, tx_n)  # past the last tile of the row in the run (position tx_n is none)
-        full = min(e, wo // 4)  # tiles whose four columns are all outputs
-        col = t - t0 - a0  # ybuf column of tile (ty, 0)
-        for a in range(min(4, ho - 4 * ty)):
-            d = (4 * ty + a) * wo
-            y0 = 4 * a * ldm + col
-            y1 = y0 + ldm
-            y2 = y1 + ldm
-            y3 = y2 + ldm
-            if has_res:
-                for tx in range(a0, full):
-""" + "".join(f"""\
-                    v = ybuf[U(y{b} + tx)] + bo + src[U(d + 4 * tx + {b})]
-                    dst[U(d + 4 * tx + {b})] = {{expr}}
-""" for b in range(TILE)) + """\
-            else:
-                for tx in range(a0, full):
-""" + "".join(f"""\
-                    v = ybuf[U(y{b} + tx)] + bo
-                    dst[U(d + 4 * tx + {b})] = {{expr}}
-""" for b in range(TILE)) + """\
-            for tx in range(max(a0, full), e):  # a cut tile: its columns inside the map
-                for b in range(min(4, wo - 4 * tx)):
-                    v = ybuf[U(y0 + b * ldm + tx)] + bo
-                    if has_res:
-                        v += src[U(d + 4 * tx + b)]
-                    dst[U(d + 4 * tx + b)] = {expr}
-        t += a1 - a0
-"""
+STORE = store_source(TILE, "winograd_f43")
 
 # U = G·g·Gᵀ for every (out, in) pair, in float64, as [36, out, in] (element 6ξ + ν)
 FILTER = f'''\

@@ -43,16 +43,19 @@ def _input_loops() -> str:
     return "".join(lines)
 
 
-INPUT = """\
-{jit}
-def winograd_input(planes, vf, em, ld, c0, c1, t0, t1, g, wp):
+def input_source(prefix: str, elements: int, operand: str, setup: str, bases: str, loops: str) -> str:
+    """The input transform of a variant as source (``{jit}`` left to fill): over channels [c0, c1), one
+    image's run of grid positions at a time, ``bases`` (source lines) locating the image's ``operand`` (a
+    phrase for the docstring), then the variant's element ``loops``; ``setup``: its lines before them."""
+    return f"""\
+{{jit}}
+def {prefix}_input(planes, vf, em, ld, c0, c1, t0, t1, g, wp):
     \"\"\"V = Bᵀ·d·B of channels [c0, c1) for grid positions [t0, t1) of the batch (g per image) into vf:
-    element e as [in, t1 − t0] at vf[e·em:], rows ld apart (the columns from t1 − t0 to ld are zeros).\"\"\"
-    ci = planes.shape[2]
-    plane = planes.shape[3]
-    pf = planes.reshape(-1)
+    element e as [in, t1 − t0] at vf[e·em:], rows ld apart (the columns from t1 − t0 to ld are zeros);
+    d from {operand}.\"\"\"
     m = t1 - t0
     U = np.uint64
+{setup}\
     for c in range(c0, c1):
         t = t0
         while t < t1:  # one image's run of positions
@@ -60,15 +63,24 @@ def winograd_input(planes, vf, em, ld, c0, c1, t0, t1, g, wp):
             q0 = t - n * g
             q1 = min(g, q0 + t1 - t)
             o = c * ld + t - t0 - q0  # position q of this image is column o + q of each element's row c
+{bases}\
+{loops}\
+            t += q1 - q0
+        for e in range({elements} if ld > m else 0):
+            vf[e * em + c * ld + m:e * em + (c + 1) * ld] = np.float32(0.0)
+"""
+
+
+INPUT = input_source("winograd", 16, "the 2×2 phase planes (conv_phases)", """\
+    ci = planes.shape[2]
+    plane = planes.shape[3]
+    pf = planes.reshape(-1)
+""", """\
             p0 = (n * 4 * ci + c) * plane  # the planes of phases (0, 0), (0, 1), (1, 0), (1, 1)
             p1 = p0 + ci * plane
             p2 = p1 + ci * plane
             p3 = p2 + ci * plane
-""" + _input_loops() + """\
-            t += q1 - q0
-        for e in range(16 if ld > m else 0):
-            vf[e * em + c * ld + m:e * em + (c + 1) * ld] = np.float32(0.0)
-"""
+""", _input_loops())
 
 # Aᵀ·M: s[a, j] = Σ_i Aᵀ[a, i]·M[i, j], then Y[a, b] = Σ_j s[a, j]·A[j, b], Aᵀ = ((1, 1, 1, 0), (0, 1, −1, −1))
 OUTPUT = """\
@@ -98,13 +110,20 @@ def winograd_output(mf, em, ldm, r, m, sbuf, ybuf):
             ybuf[U(y1 + q)] = sbuf[U(s + ldm + q)] - sbuf[U(s + 2 * ldm + q)] - sbuf[U(s + 3 * ldm + q)]
 """
 
-# The epilogue: each tile's 2×2 outputs (the last row and column may be half tiles), plus the bias, the
-# residual and the activation, written two output columns per tile
-STORE = """\
-{jit}
-def winograd_store_{act}(ybuf, ldm, t0, t1, g, wp, tx_n, bo, src, dst, has_res, wo, ho):
-    \"\"\"dst[2ty + a, 2tx + b] = act(Y[a, b] of the tile + bo (+ src[…])) for the grid positions [t0, t1) of
-    one image (g of them), Y from ybuf (winograd_output), dst and src one output channel's [ho·wo].\"\"\"
+def store_source(m: int, prefix: str) -> str:
+    """The epilogue of F(m×m, 3×3) as source (``{jit}``, ``{act}`` and ``{expr}`` left to fill): each tile's
+    m×m outputs (the last row and column of tiles may be cut), plus the bias, the residual and the
+    activation, written m output columns per tile."""
+    def columns(res: str) -> str:
+        return "".join(f"                    v = ybuf[U(y0 + {b} * ldm + tx)] + bo{res.format(b=b)}\n"
+                       f"                    dst[U(d + {m} * tx + {b})] = {{expr}}\n" for b in range(m))
+
+    return f"""\
+{{jit}}
+def {prefix}_store_{{act}}(ybuf, ldm, t0, t1, g, wp, tx_n, bo, src, dst, has_res, wo, ho):
+    \"\"\"dst[{m}ty + a, {m}tx + b] = act(Y[a, b] of the tile + bo (+ src[…])) for the grid positions [t0, t1) of
+    one image (g of them), Y[a, b] at ybuf[({m}a + b)·ldm:] ({prefix}_output), dst and src one output
+    channel's [ho·wo].\"\"\"
     U = np.uint64
     t = t0
     while t < t1:  # one row of tiles at a time
@@ -112,28 +131,25 @@ def winograd_store_{act}(ybuf, ldm, t0, t1, g, wp, tx_n, bo, src, dst, has_res, 
         a0 = t - ty * wp
         a1 = min(wp, a0 + t1 - t)
         e = min(a1, tx_n)  # past the last tile of the row in the run (position tx_n is none)
-        full = min(e, wo // 2)  # tiles whose two columns are both outputs
+        full = min(e, wo // {m})  # tiles whose {m} columns are all outputs
         col = t - t0 - a0  # ybuf column of tile (ty, 0)
-        for a in range(2 if 2 * ty + 1 < ho else 1):
-            d = (2 * ty + a) * wo
-            y0 = 2 * a * ldm + col
-            y1 = y0 + ldm
+        for a in range(min({m}, ho - {m} * ty)):
+            d = ({m} * ty + a) * wo
+            y0 = {m} * a * ldm + col
             if has_res:
                 for tx in range(a0, full):
-                    v = ybuf[U(y0 + tx)] + bo + src[U(d + 2 * tx)]
-                    dst[U(d + 2 * tx)] = {expr}
-                    v = ybuf[U(y1 + tx)] + bo + src[U(d + 2 * tx + 1)]
-                    dst[U(d + 2 * tx + 1)] = {expr}
+{columns(f" + src[U(d + {m} * tx + {{b}})]")}\
             else:
                 for tx in range(a0, full):
-                    v = ybuf[U(y0 + tx)] + bo
-                    dst[U(d + 2 * tx)] = {expr}
-                    v = ybuf[U(y1 + tx)] + bo
-                    dst[U(d + 2 * tx + 1)] = {expr}
-            for tx in range(max(a0, full), e):  # a half tile: its left column only
-                v = ybuf[U(y0 + tx)] + bo
-                if has_res:
-                    v += src[U(d + 2 * tx)]
-                dst[U(d + 2 * tx)] = {expr}
+{columns("")}\
+            for tx in range(max(a0, full), e):  # a cut tile: its columns inside the map
+                for b in range(min({m}, wo - {m} * tx)):
+                    v = ybuf[U(y0 + b * ldm + tx)] + bo
+                    if has_res:
+                        v += src[U(d + {m} * tx + b)]
+                    dst[U(d + {m} * tx + b)] = {{expr}}
         t += a1 - a0
 """
+
+
+STORE = store_source(2, "winograd")
