@@ -151,12 +151,13 @@ def winograd_filter(w, co, ci):
 # Winograd won 6.6 ms against 7.3). Those layers now take the tap sum on the packed weight (1.1 ms).
 MIN_TILES = 32
 
-# F(4×4, 3×3) against F(2×2, 3×3), the whole kernel, interleaved in one process (2 threads): 128 channels on
-# 28×28 maps 1.29× at B = 8, 1.28× at B = 2 and 1.34× at B = 1; 64 channels on 56×56 1.14× at B = 8, 1.19× at
-# B = 4, 1.22× at B = 2, but 0.85× at B = 1 (196 tiles; with fewer channels the transforms, 36 values a tile
-# each way, weigh more against the products they save); 256 on 14×14 (cut tiles: 16 of 4×4 cover 256
-# outputs for 196) 1.02× at B = 8 and 0.65× at B = 1. So: F(4×4, 3×3) from F43_CHANNELS channels on both
-# sides, or from F43_FEWER_CHANNELS with F43_FEWER_TILES tiles of 4×4 or more.
+# F(4×4, 3×3) against F(2×2, 3×3), the whole kernel, interleaved in one process (2 threads of an Intel Xeon,
+# family 6 model 207): 128 channels on 28×28 maps 1.29× at B = 8, 1.28× at B = 2 and 1.34× at B = 1;
+# 64 channels on 56×56 1.14× at B = 8, 1.19× at B = 4, 1.22× at B = 2, but 0.85× at B = 1 (196 tiles; with
+# fewer channels the transforms, 36 values a tile each way, weigh more against the products they save);
+# 256 on 14×14 (cut tiles: 16 of 4×4 cover 256 outputs for 196) 1.02× at B = 8 and 0.65× at B = 1. So:
+# F(4×4, 3×3) from F43_CHANNELS channels on both sides, or from F43_FEWER_CHANNELS with F43_FEWER_TILES
+# tiles of 4×4 or more.
 F43_CHANNELS = 128
 F43_FEWER_CHANNELS = 64
 F43_FEWER_TILES = 256
